@@ -1,0 +1,105 @@
+"""Raw cffi binding of the shim (ABI mode): exposes ``ffi`` and ``lib`` only.
+
+The declarations come straight from the installed ``mcs.h`` (the text between its
+``MCS_CDEF_BEGIN``/``MCS_CDEF_END`` markers, minus preprocessor lines), so the
+header is their single source.  Importing this module loads ``libmcs.so`` and
+refuses a library whose ABI version differs from the header's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+
+import cffi
+
+_HERE = Path(__file__).resolve().parent
+
+#: Installed copy of the shim's public header.
+HEADER_PATH = _HERE / "mcs.h"
+
+
+def cdef_from_header(text: str) -> str:
+    """Return the cffi declarations found between the header's CDEF markers."""
+    try:
+        body = text.split("/* MCS_CDEF_BEGIN */", 1)[1].split("/* MCS_CDEF_END */", 1)[0]
+    except IndexError:
+        raise ImportError("mcs.h lacks its MCS_CDEF_BEGIN/END markers") from None
+    lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("#")]
+    return re.sub(r"\bMCS_API\s+", "", "\n".join(lines))
+
+
+def header_abi_version(text: str) -> int:
+    """The MCS_ABI_VERSION the header declares."""
+    m = re.search(r"#define\s+MCS_ABI_VERSION\s+(\d+)", text)
+    if not m:
+        raise ImportError("mcs.h does not define MCS_ABI_VERSION")
+    return int(m.group(1))
+
+
+def _library_path() -> Path:
+    override = os.environ.get("MOONCAKE_CFFI_SHIM")
+    return Path(override) if override else _HERE / "libmcs.so"
+
+
+_header_text = HEADER_PATH.read_text()
+
+ffi = cffi.FFI()
+ffi.cdef(cdef_from_header(_header_text))
+
+try:
+    lib = ffi.dlopen(str(_library_path()))
+except OSError as exc:  # pragma: no cover - broken installation
+    raise ImportError(
+        f"cannot load the mooncake-cffi shim {_library_path()}: {exc}; "
+        "reinstall the package (pip install --force-reinstall mooncake-cffi)"
+    ) from exc
+
+ABI_VERSION = header_abi_version(_header_text)
+if lib.mcs_abi_version() != ABI_VERSION:  # pragma: no cover - broken installation
+    raise ImportError(
+        f"the shim {_library_path()} has ABI version {lib.mcs_abi_version()}, "
+        f"but this package's header declares {ABI_VERSION}; reinstall the package"
+    )
+
+_load_lock = threading.Lock()
+
+
+def last_error() -> str:
+    """The shim's per-thread message for the last failed call."""
+    return ffi.string(lib.mcs_last_error()).decode("utf-8", "replace")
+
+
+def error_name(code: int) -> str:
+    """Symbolic name of a status code ("OBJECT_HAS_LEASE", "MCS_E_CLOSED", ...)."""
+    return ffi.string(lib.mcs_error_name(code)).decode()
+
+
+def strerror(code: int) -> str:
+    """One-line description of a status code."""
+    return ffi.string(lib.mcs_strerror(code)).decode()
+
+
+def ensure_mooncake_loaded() -> None:
+    """Import Mooncake's wheel and hand its ``store.so`` to the shim (once)."""
+    if lib.mcs_loaded():
+        return
+    with _load_lock:
+        if lib.mcs_loaded():
+            return
+        try:
+            import mooncake.store as store  # noqa: F401  (ReplicateConfig lives there)
+        except ImportError as exc:
+            raise ImportError(
+                "Mooncake's wheel is not importable ("
+                f"{exc}). Install exactly one of: "
+                "'mooncake-cffi[cpu]' (mooncake-transfer-engine-non-cuda, CPU-only machines) "
+                "or 'mooncake-cffi[cuda]' (mooncake-transfer-engine, needs libcuda.so.1). "
+                "It also needs the system libraries libibverbs1, libnuma1 and libcurl4."
+            ) from exc
+        path = store.__file__
+        rc = lib.mcs_load(os.fsencode(path))
+        if rc != 0:
+            raise ImportError(f"loading Mooncake failed: {last_error()}")

@@ -1,0 +1,284 @@
+/*
+ * mcs.h - the C ABI of mooncake-cffi's shim over Mooncake Store's client.
+ *
+ * This header is the single source of the shim's declarations: the Python
+ * package feeds it (minus preprocessor lines) to cffi, and a test fails if the
+ * two ever disagree.  Keep everything between the MCS_CDEF markers parseable
+ * by cffi: no macros in declarations, no inline functions.
+ *
+ * Conventions
+ *  - Every function that can fail returns an int status: 0 (MCS_OK) on
+ *    success, a negative code otherwise.  Codes above -10000 are Mooncake's own
+ *    ErrorCode values passed through unchanged (e.g. -706 OBJECT_HAS_LEASE);
+ *    codes from -10000 down are the shim's (enum mcs_status).  mcs_error_name()
+ *    and mcs_strerror() describe any code; neither ever returns NULL.
+ *  - When a call fails, a message saying why is stored per thread and read
+ *    with mcs_last_error() (never NULL; "" when there is nothing to say).
+ *  - Output parameters come first.  Objects returned through `T **out` belong
+ *    to the caller and are released with their own _free function.
+ *  - `const char *` inputs are copied; the shim keeps no pointer to them after
+ *    the call returns.  Transfer buffers (`bufs`) and result arrays
+ *    (`results`) passed to mcs_submit() are NOT copied: the caller keeps them
+ *    alive and untouched until the batch's completion has been drained.
+ *  - No C++ exception crosses this boundary; an unexpected one becomes
+ *    MCS_E_INTERNAL with its message in mcs_last_error().
+ *  - Misuse (NULL handle or pointer, a freed handle, bad counts, a call after
+ *    close or in a forked child) returns an error code; it never crashes.
+ *
+ * Thread safety: every function may be called from any thread at any time,
+ * concurrently on the same client, including mcs_client_close() and
+ * mcs_client_free() while other threads are inside calls (those calls finish,
+ * later ones are refused).
+ */
+#ifndef MCS_H
+#define MCS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MCS_VERSION_MAJOR 0
+#define MCS_VERSION_MINOR 1
+#define MCS_VERSION_PATCH 0
+/* Bumped whenever a declaration below changes incompatibly. */
+#define MCS_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define MCS_API __attribute__((visibility("default")))
+#else
+#define MCS_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MCS_CDEF_BEGIN */
+
+/* Status codes of the shim itself.  Mooncake's codes (0 .. -9999) pass
+ * through unchanged and are not listed here. */
+enum mcs_status {
+    MCS_OK = 0,
+    MCS_E_INVALID_ARG = -10001,    /* NULL pointer, bad count, empty key, ... */
+    MCS_E_INVALID_HANDLE = -10002, /* NULL, never created or already freed */
+    MCS_E_CLOSED = -10003,         /* the client was closed */
+    MCS_E_FORKED = -10004,         /* used in a child process after fork() */
+    MCS_E_NOT_LOADED = -10005,     /* mcs_load() has not succeeded */
+    MCS_E_LOAD = -10006,           /* dlopen failed or a symbol is missing */
+    MCS_E_QUEUE_FULL = -10007,     /* the lane's queue stayed full */
+    MCS_E_OUTSIDE_L1 = -10008,     /* buffer not inside one registered block */
+    MCS_E_DUPLICATE_KEY = -10009,  /* the same key twice in one batch */
+    MCS_E_UNREACHABLE = -10010,    /* the master or metadata server is down */
+    MCS_E_AGAIN = -10011,          /* nothing to drain right now */
+    MCS_E_TIMEOUT = -10012,        /* a wait ran out */
+    MCS_E_NOMEM = -10013,          /* allocation failed */
+    MCS_E_STATE = -10014,          /* not allowed in the current state */
+    MCS_E_INTERNAL = -10099        /* unexpected exception inside the shim */
+};
+
+/* Operations; each one runs on its lane (see struct mcs_lanes). */
+enum mcs_op {
+    MCS_OP_EXISTS = 0, /* lookup lane.   result: 1 present, 0 absent, <0 error */
+    MCS_OP_GET = 1,    /* retrieve lane. result: bytes read, or <0 error */
+    MCS_OP_PUT = 2,    /* store lane.    result: 0 stored, MCS_PUT_EXISTED, <0 */
+    MCS_OP_UPSERT = 3, /* store lane.    result: 0 written (overwrites), <0 */
+    MCS_OP_REMOVE = 4, /* delete lane.   result: 0 removed, <0 (-704 absent) */
+    MCS_OP_SIZE = 5    /* lookup lane.   result: value size in bytes, or <0 */
+};
+
+/* Lanes, in the order mcs_client_lane_stats() numbers them. */
+enum mcs_lane_id {
+    MCS_LANE_LOOKUP = 0,
+    MCS_LANE_RETRIEVE = 1,
+    MCS_LANE_STORE = 2,
+    MCS_LANE_DELETE = 3,
+    MCS_LANE_SHARED = 4,
+    MCS_LANE_COUNT = 5
+};
+
+/* Flags for mcs_submit() / mcs_run(). */
+enum mcs_flags {
+    MCS_FLAG_FORCE = 1,        /* REMOVE: ignore the read lease */
+    MCS_FLAG_SKIP_EXISTING = 2 /* PUT: look keys up first; present ones are
+                                  not sent and get MCS_PUT_EXISTED */
+};
+
+/* Per-key PUT result (positive, so not an error) for a key that already
+ * held a value, which Mooncake keeps (first writer wins). */
+enum mcs_put_result { MCS_PUT_EXISTED = 1 };
+
+/* Lane layout and limits, given at creation.  Zero fields take defaults. */
+struct mcs_lanes {
+    uint32_t num_workers;   /* shared pool size; default 4 */
+    uint32_t lookup;        /* workers of each lane; 0 = use the shared pool */
+    uint32_t retrieve;
+    uint32_t store;
+    uint32_t del;
+    uint32_t queue_capacity;   /* batches queued or running per lane before
+                                  a submit must wait; default 1024 */
+    int32_t queue_wait_ms;     /* a submit to a full lane waits this long,
+                                  then fails with MCS_E_QUEUE_FULL; -1 waits
+                                  forever, 0 fails at once.  Default 0 is
+                                  "fail at once". */
+    uint32_t tile_keys;        /* split batches into tiles of at most this
+                                  many keys run in parallel; 0 = no limit */
+    uint64_t tile_bytes;       /* ... and at most this many bytes (PUT/GET);
+                                  0 = no limit */
+};
+
+/* One finished batch, as returned by mcs_drain(). */
+struct mcs_completion {
+    uint64_t id;        /* as returned by mcs_submit() */
+    int32_t op;         /* enum mcs_op */
+    int32_t status;     /* 0, or the first error among keys; OBJECT_NOT_FOUND
+                           (-704) is reported per key only, never here */
+    uint32_t n_keys;
+    uint32_t n_failed;  /* keys whose result is an error other than -704 */
+    char message[240];  /* why, when status != 0; NUL-terminated */
+};
+
+/* Counters of one lane (mcs_client_lane_stats). Latencies are per batch,
+ * from submit to completion, in microseconds. */
+struct mcs_lane_stats {
+    uint32_t workers;        /* 0: this lane is served by the shared pool */
+    uint32_t queued;         /* tiles waiting for a worker */
+    uint32_t running;        /* tiles being executed */
+    uint32_t pending;        /* batches accepted and not yet completed */
+    uint64_t submitted;      /* batches accepted */
+    uint64_t completed;      /* batches completed */
+    uint64_t failed;         /* completed batches with status != 0 */
+    uint64_t keys;           /* keys in completed batches */
+    uint64_t rejected;       /* submits refused with MCS_E_QUEUE_FULL */
+    double mean_us;
+    double p50_us;
+    double p90_us;
+    double p99_us;
+    double max_us;
+};
+
+typedef struct mcs_client mcs_client;
+
+/* --- version and errors (always callable, thread-safe) --- */
+
+/* MCS_VERSION_MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. */
+MCS_API int mcs_version(void);
+/* "MAJOR.MINOR.PATCH", static storage. */
+MCS_API const char *mcs_version_string(void);
+/* MCS_ABI_VERSION of the loaded library. */
+MCS_API int mcs_abi_version(void);
+/* Symbolic name of any status code: "OK", "OBJECT_HAS_LEASE",
+ * "MCS_E_CLOSED", or "UNKNOWN_ERROR".  Static storage, never NULL. */
+MCS_API const char *mcs_error_name(int code);
+/* A one-line description of any status code.  Static, never NULL. */
+MCS_API const char *mcs_strerror(int code);
+/* The message of the last failed call on this thread.  Valid until the next
+ * call on this thread; never NULL. */
+MCS_API const char *mcs_last_error(void);
+
+/* --- loading Mooncake (process-wide) --- */
+
+/* dlopen()s Mooncake's store.so at `store_so_path` and resolves every symbol
+ * the shim uses, naming any that is missing.  Idempotent: later calls with
+ * any path return 0 once loaded.  Silences Mooncake's logging (level 3). */
+MCS_API int mcs_load(const char *store_so_path);
+/* 1 if mcs_load() has succeeded, else 0. */
+MCS_API int mcs_loaded(void);
+/* Mooncake's glog threshold: 0 INFO, 1 WARNING, 2 ERROR, 3 silent (FATAL
+ * only).  Process-wide. */
+MCS_API int mcs_set_log_level(int level);
+
+/* --- clients --- */
+
+/* Creates a client and sets it up: the `n` key/value strings are handed to
+ * Mooncake's setup unchanged.  `lanes` may be NULL for defaults.  Before the
+ * setup, the master (master_server_addr) and an http:// metadata_server are
+ * probed with a `probe_timeout_ms` TCP connect (0 = 2000 ms, <0 = no probe) so
+ * an unreachable address fails fast with MCS_E_UNREACHABLE.  On success *out
+ * owns a client, released with mcs_client_free(); on failure *out is NULL.
+ * Blocks for the setup (tens of ms). */
+MCS_API int mcs_client_create(mcs_client **out, const char *const *keys,
+                              const char *const *values, size_t n,
+                              const struct mcs_lanes *lanes, int probe_timeout_ms);
+
+/* Stops accepting calls, lets accepted batches and calls in other threads
+ * finish, joins the workers, unregisters L1 and tears Mooncake down.
+ * Idempotent: later calls return 0.  Completions of finished batches stay
+ * drainable until mcs_client_free().  In a forked child it only marks the
+ * client closed (the parent's client cannot be torn down from there). */
+MCS_API int mcs_client_close(mcs_client *c);
+
+/* Closes if needed, then releases the client and its eventfd.  NULL or an
+ * already-freed handle is a no-op.  The handle is invalid afterwards. */
+MCS_API void mcs_client_free(mcs_client *c);
+
+/* Hands the shim the address of a mooncake::ReplicateConfig C++ object that
+ * PUT/UPSERT use when mcs_submit() gets none.  The object is NOT copied: the
+ * caller keeps it alive and unchanged until the client is freed.  Until one
+ * is set, a PUT without a config fails with MCS_E_INVALID_ARG. */
+MCS_API int mcs_client_set_default_replicate_config(mcs_client *c, const void *rc);
+
+/* Address of the std::type_info of mooncake::ReplicateConfig, for pybind11's
+ * type-checked pointer hand-off (see the Python package). */
+MCS_API const void *mcs_replicate_config_typeid(void);
+
+/* The completion eventfd: non-blocking, close-on-exec, readable while
+ * completions wait to be drained.  Owned by the client; do not close it. */
+MCS_API int mcs_client_fd(mcs_client *c, int *fd_out);
+
+/* --- L1 memory --- */
+
+/* Registers [ptr, ptr+size) with Mooncake in blocks of at most `max_block`
+ * bytes (0: $MC_MAX_MR_SIZE, else 1 TiB), in order; if one fails, the ones
+ * already registered are unregistered newest first and the error returned.
+ * While registered, every transfer buffer must lie inside one block, else
+ * its batch fails with MCS_E_OUTSIDE_L1.  One region per client. */
+MCS_API int mcs_client_register_l1(mcs_client *c, void *ptr, uint64_t size,
+                                   uint64_t max_block);
+/* Unregisters the L1 region (newest block first).  0 if none. */
+MCS_API int mcs_client_unregister_l1(mcs_client *c);
+/* Number of registered L1 blocks (0 when none) into *blocks_out. */
+MCS_API int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out);
+
+/* --- batches --- */
+
+/* Queues a batch of `n` keys on the operation's lane and returns at once
+ * with its id in *id_out.  `bufs`/`sizes` are required for GET (destination
+ * buffers and their capacities) and PUT/UPSERT (sources and lengths), and
+ * must be NULL otherwise.  `results` receives one int64 per key (see enum
+ * mcs_op) before the completion is posted.  `replicate_config` (PUT/UPSERT)
+ * may be NULL for the client's default.  Keys are copied; bufs, results and
+ * replicate_config must stay valid until the completion is drained.
+ * Refused with MCS_E_INVALID_ARG: n == 0, an empty key, a NULL key, buffer
+ * or zero size; MCS_E_DUPLICATE_KEY: a key twice; MCS_E_OUTSIDE_L1.
+ * Exactly one completion is posted per accepted batch. */
+MCS_API int mcs_submit(mcs_client *c, uint64_t *id_out, int op,
+                       const char *const *keys, size_t n, void *const *bufs,
+                       const uint64_t *sizes, int64_t *results, int flags,
+                       const void *replicate_config);
+
+/* Like mcs_submit() but blocks until the batch is done and returns its
+ * status (no completion is posted).  If the lane has an idle worker slot the
+ * batch runs on the calling thread. */
+MCS_API int mcs_run(mcs_client *c, int op, const char *const *keys, size_t n,
+                    void *const *bufs, const uint64_t *sizes, int64_t *results,
+                    int flags, const void *replicate_config);
+
+/* Moves up to `cap` completions into `out`, oldest first, and returns how
+ * many (>= 0); never blocks.  Resets the eventfd once none remain. */
+MCS_API int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap);
+
+/* Blocks until a completion is waiting or `timeout_ms` passes (-1 forever).
+ * 0 when one is waiting, MCS_E_TIMEOUT otherwise. */
+MCS_API int mcs_wait(mcs_client *c, int timeout_ms);
+
+/* --- statistics --- */
+
+/* Counters of lane `lane` (enum mcs_lane_id) into *out. */
+MCS_API int mcs_client_lane_stats(mcs_client *c, int lane, struct mcs_lane_stats *out);
+
+/* MCS_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MCS_H */

@@ -1,0 +1,314 @@
+// The extern "C" surface of the shim: handle validation, fork detection,
+// per-thread last-error messages, and a try/catch around every body.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <unordered_set>
+
+#include "internal.hpp"
+
+// A live client: the engine plus a reference count so a handle freed on one
+// thread while another is inside a call stays valid until that call returns.
+struct mcs_client {
+    std::unique_ptr<mcs::Engine> engine;
+    pid_t pid = 0;
+    std::atomic<int> refs{1};
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+std::mutex g_registry_mu;
+std::unordered_set<mcs_client *> *g_registry = new std::unordered_set<mcs_client *>();
+
+// fork() while another thread holds the registry lock must not leave the
+// child with it locked.
+// getpid() is a system call; keep it cached, refreshed in every child.
+std::atomic<pid_t> g_pid{getpid()};
+void atfork_prepare() { g_registry_mu.lock(); }
+void atfork_parent() { g_registry_mu.unlock(); }
+void atfork_child() {
+    g_pid.store(getpid());
+    g_registry_mu.unlock();
+}
+[[maybe_unused]] const int g_atfork = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+
+int fail(int code, const std::string &msg) {
+    t_last_error = msg.empty() ? mcs::describe(code) : msg;
+    return code;
+}
+
+int ok() {
+    t_last_error.clear();
+    return MCS_OK;
+}
+
+// Takes a reference on a live handle; nullptr (with rc set) otherwise.
+mcs_client *acquire(mcs_client *c, int &rc) {
+    if (!c) {
+        rc = fail(MCS_E_INVALID_HANDLE, "client handle is NULL");
+        return nullptr;
+    }
+    std::lock_guard<std::mutex> lk(g_registry_mu);
+    if (!g_registry->count(c)) {
+        rc = fail(MCS_E_INVALID_HANDLE, "client handle is not a live client (freed?)");
+        return nullptr;
+    }
+    c->refs.fetch_add(1);
+    return c;
+}
+
+bool forked(mcs_client *c) { return c->pid != g_pid.load(std::memory_order_relaxed); }
+
+void release(mcs_client *c) {
+    if (c->refs.fetch_sub(1) == 1) {
+        if (!forked(c))
+            delete c;
+        // In a forked child the engine's threads and Mooncake's state belong
+        // to the parent: leak them rather than touch them.
+    }
+}
+
+
+// Runs `body` on a live, open client of this process.
+template <class F>
+int with_open_client(mcs_client *c, F &&body) {
+    int rc = MCS_OK;
+    mcs_client *h = acquire(c, rc);
+    if (!h) return rc;
+    if (forked(h)) {
+        release(h);
+        return fail(MCS_E_FORKED, "this client was created in process " +
+                                      std::to_string(h->pid) +
+                                      " and cannot be used after fork(); create a new one");
+    }
+    rc = h->engine->enter();
+    if (rc) {
+        release(h);
+        return fail(rc, "the client is closed");
+    }
+    try {
+        rc = body(*h->engine);
+        if (rc >= 0) ok();
+    } catch (const mcs::Error &e) {
+        rc = fail(e.code, e.what());
+    } catch (const std::bad_alloc &) {
+        rc = fail(MCS_E_NOMEM, "out of memory");
+    } catch (const std::exception &e) {
+        rc = fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
+    } catch (...) {
+        rc = fail(MCS_E_INTERNAL, "unexpected non-standard exception");
+    }
+    h->engine->leave();
+    release(h);
+    return rc;
+}
+
+// Like with_open_client, but also allowed after close (drain, stats, fd).
+template <class F>
+int with_client(mcs_client *c, F &&body) {
+    int rc = MCS_OK;
+    mcs_client *h = acquire(c, rc);
+    if (!h) return rc;
+    if (forked(h)) {
+        release(h);
+        return fail(MCS_E_FORKED, "client used in a forked child");
+    }
+    try {
+        rc = body(*h->engine);
+        if (rc >= 0) ok();
+    } catch (const mcs::Error &e) {
+        rc = fail(e.code, e.what());
+    } catch (const std::exception &e) {
+        rc = fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
+    } catch (...) {
+        rc = fail(MCS_E_INTERNAL, "unexpected non-standard exception");
+    }
+    release(h);
+    return rc;
+}
+
+}  // namespace
+
+extern "C" {
+
+int mcs_version(void) {
+    return MCS_VERSION_MAJOR * 10000 + MCS_VERSION_MINOR * 100 + MCS_VERSION_PATCH;
+}
+
+#define MCS_STR2(x) #x
+#define MCS_STR(x) MCS_STR2(x)
+const char *mcs_version_string(void) {
+    return MCS_STR(MCS_VERSION_MAJOR) "." MCS_STR(MCS_VERSION_MINOR) "." MCS_STR(
+        MCS_VERSION_PATCH);
+}
+
+int mcs_abi_version(void) { return MCS_ABI_VERSION; }
+
+const char *mcs_error_name(int code) { return mcs::error_name(code); }
+
+const char *mcs_strerror(int code) { return mcs::error_text(code); }
+
+const char *mcs_last_error(void) { return t_last_error.c_str(); }
+
+int mcs_load(const char *store_so_path) {
+    try {
+        std::string msg;
+        int rc = mcs::load_mooncake(store_so_path, msg);
+        return rc ? fail(rc, msg) : ok();
+    } catch (const std::exception &e) {
+        return fail(MCS_E_INTERNAL, e.what());
+    } catch (...) {
+        return fail(MCS_E_INTERNAL, "unexpected exception");
+    }
+}
+
+int mcs_loaded(void) { return mcs::mooncake_loaded() ? 1 : 0; }
+
+int mcs_set_log_level(int level) {
+    int rc = mcs::set_log_level(level);
+    return rc ? fail(rc, "log level must be 0 (INFO) .. 3 (silent)") : ok();
+}
+
+int mcs_client_create(mcs_client **out, const char *const *keys, const char *const *values,
+                      size_t n, const struct mcs_lanes *lanes, int probe_timeout_ms) {
+    if (!out) return fail(MCS_E_INVALID_ARG, "out is NULL");
+    *out = nullptr;
+    if (n && (!keys || !values)) return fail(MCS_E_INVALID_ARG, "keys or values is NULL");
+    try {
+        mcs::StrVec k, v;
+        for (size_t i = 0; i < n; i++) {
+            if (!keys[i] || !values[i])
+                return fail(MCS_E_INVALID_ARG,
+                            "config entry #" + std::to_string(i) + " has a NULL key or value");
+            if (!keys[i][0])
+                return fail(MCS_E_INVALID_ARG,
+                            "config entry #" + std::to_string(i) + " has an empty key");
+            k.emplace_back(keys[i]);
+            v.emplace_back(values[i]);
+        }
+        auto h = std::make_unique<mcs_client>();
+        h->pid = g_pid.load();
+        // Validate the lane layout before touching the network.
+        mcs::Engine::validate_lanes(lanes);
+        auto backend = mcs::make_mooncake_backend(k, v, probe_timeout_ms);
+        h->engine = std::make_unique<mcs::Engine>(std::move(backend), lanes);
+        {
+            std::lock_guard<std::mutex> lk(g_registry_mu);
+            g_registry->insert(h.get());
+        }
+        *out = h.release();
+        return ok();
+    } catch (const mcs::Error &e) {
+        return fail(e.code, e.what());
+    } catch (const std::bad_alloc &) {
+        return fail(MCS_E_NOMEM, "out of memory");
+    } catch (const std::exception &e) {
+        return fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
+    } catch (...) {
+        return fail(MCS_E_INTERNAL, "unexpected non-standard exception");
+    }
+}
+
+int mcs_client_close(mcs_client *c) {
+    int rc = MCS_OK;
+    mcs_client *h = acquire(c, rc);
+    if (!h) return rc;
+    try {
+        if (forked(h))
+            h->engine->abandon();
+        else
+            h->engine->close();
+        rc = ok();
+    } catch (const std::exception &e) {
+        rc = fail(MCS_E_INTERNAL, std::string("exception while closing: ") + e.what());
+    } catch (...) {
+        rc = fail(MCS_E_INTERNAL, "exception while closing");
+    }
+    release(h);
+    return rc;
+}
+
+void mcs_client_free(mcs_client *c) {
+    if (!c) return;
+    {
+        std::lock_guard<std::mutex> lk(g_registry_mu);
+        if (!g_registry->erase(c)) return;  // never created or already freed
+    }
+    try {
+        if (forked(c))
+            c->engine->abandon();
+        else
+            c->engine->close();
+    } catch (...) {
+    }
+    release(c);  // the creator's reference
+}
+
+int mcs_client_set_default_replicate_config(mcs_client *c, const void *rc) {
+    return with_open_client(c, [&](mcs::Engine &e) {
+        if (!rc) throw mcs::Error(MCS_E_INVALID_ARG, "ReplicateConfig pointer is NULL");
+        e.set_default_rcfg(rc);
+        return MCS_OK;
+    });
+}
+
+const void *mcs_replicate_config_typeid(void) {
+    return mcs::replicate_config_typeid();
+}
+
+int mcs_client_fd(mcs_client *c, int *fd_out) {
+    return with_client(c, [&](mcs::Engine &e) {
+        if (!fd_out) throw mcs::Error(MCS_E_INVALID_ARG, "fd_out is NULL");
+        *fd_out = e.fd();
+        return MCS_OK;
+    });
+}
+
+int mcs_client_register_l1(mcs_client *c, void *ptr, uint64_t size, uint64_t max_block) {
+    return with_open_client(c, [&](mcs::Engine &e) { return e.register_l1(ptr, size, max_block); });
+}
+
+int mcs_client_unregister_l1(mcs_client *c) {
+    return with_open_client(c, [&](mcs::Engine &e) { return e.unregister_l1(); });
+}
+
+int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out) {
+    return with_client(c, [&](mcs::Engine &e) {
+        if (!blocks_out) throw mcs::Error(MCS_E_INVALID_ARG, "blocks_out is NULL");
+        *blocks_out = e.l1_blocks();
+        return MCS_OK;
+    });
+}
+
+int mcs_submit(mcs_client *c, uint64_t *id_out, int op, const char *const *keys, size_t n,
+               void *const *bufs, const uint64_t *sizes, int64_t *results, int flags,
+               const void *replicate_config) {
+    return with_open_client(c, [&](mcs::Engine &e) {
+        return e.submit(op, keys, n, bufs, sizes, results, flags, replicate_config, false,
+                        id_out);
+    });
+}
+
+int mcs_run(mcs_client *c, int op, const char *const *keys, size_t n, void *const *bufs,
+            const uint64_t *sizes, int64_t *results, int flags, const void *replicate_config) {
+    return with_open_client(c, [&](mcs::Engine &e) {
+        return e.submit(op, keys, n, bufs, sizes, results, flags, replicate_config, true,
+                        nullptr);
+    });
+}
+
+int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap) {
+    return with_client(c, [&](mcs::Engine &e) { return e.drain(out, cap); });
+}
+
+int mcs_wait(mcs_client *c, int timeout_ms) {
+    return with_client(c, [&](mcs::Engine &e) { return e.wait(timeout_ms); });
+}
+
+int mcs_client_lane_stats(mcs_client *c, int lane, struct mcs_lane_stats *out) {
+    return with_client(c, [&](mcs::Engine &e) { return e.lane_stats(lane, out); });
+}
+
+}  // extern "C"

@@ -1,0 +1,304 @@
+// The Mooncake backend: reaches mooncake::RealClient inside the wheel's
+// store.so without headers, through dlsym'd member functions called with
+// `this` as their first argument (x86-64 Itanium ABI; a by-value class return
+// travels through the hidden pointer before `this`, as for a free function).
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <typeinfo>
+
+#include "internal.hpp"
+
+namespace mooncake {
+class RealClient;
+// Only its typeid is used (to receive a pointer from pybind11); the layout
+// of the real ReplicateConfig is never touched here.
+struct ReplicateConfig {};
+}  // namespace mooncake
+
+namespace mcs {
+namespace {
+
+using mooncake::RealClient;
+using mooncake::ReplicateConfig;
+using ConfigDict = std::unordered_map<std::string, std::string>;
+using PtrVec = std::vector<void *>;
+using SizeVec = std::vector<size_t>;
+
+// tl::expected<void, ErrorCode>: 8 bytes in RAX, low 32 bits the error code,
+// byte 4 has_value.  Trivially copyable here so it is returned the same way.
+struct ExpectedVoid {
+    int32_t error;
+    uint8_t has_value;
+    uint8_t pad[3];
+};
+static_assert(sizeof(ExpectedVoid) == 8, "ExpectedVoid must be 8 bytes");
+
+struct Symbols {
+    std::shared_ptr<RealClient> (*create)();
+    ExpectedVoid (*setup)(RealClient *, const ConfigDict &);
+    int (*teardown)(RealClient *);
+    std::vector<int> (*batch_exists)(RealClient *, const StrVec &);
+    std::vector<int> (*batch_put)(RealClient *, const StrVec &, const PtrVec &, const SizeVec &,
+                                  const ReplicateConfig &);
+    std::vector<int> (*batch_upsert)(RealClient *, const StrVec &, const PtrVec &,
+                                     const SizeVec &, const ReplicateConfig &);
+    std::vector<int64_t> (*batch_get)(RealClient *, const StrVec &, const PtrVec &,
+                                      const SizeVec &);
+    std::vector<int> (*batch_remove)(RealClient *, const StrVec &, bool);
+    int (*register_buffer)(RealClient *, void *, size_t);
+    int (*unregister_buffer)(RealClient *, void *);
+    int64_t (*get_size)(RealClient *, const std::string &);
+    int (*is_exist)(RealClient *, const std::string &);
+    int64_t (*get_into)(RealClient *, const std::string &, void *, size_t);
+    int32_t *minloglevel;
+};
+
+struct SymbolName {
+    const char *mangled;
+    const char *pretty;
+};
+
+// In the order of the fields of Symbols.
+constexpr SymbolName kSymbols[] = {
+    {"_ZN8mooncake10RealClient6createEv", "RealClient::create()"},
+    {"_ZN8mooncake10RealClient14setup_internalERKSt13unordered_mapINSt7__cxx1112basic_"
+     "stringIcSt11char_traitsIcESaIcEEES7_St4hashIS7_ESt8equal_toIS7_ESaISt4pairIKS7_S7_EEE",
+     "RealClient::setup_internal(ConfigDict const&)"},
+    {"_ZN8mooncake10RealClient11tearDownAllEv", "RealClient::tearDownAll()"},
+    {"_ZN8mooncake10RealClient12batchIsExistERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_"
+     "traitsIcESaIcEEESaIS7_EE",
+     "RealClient::batchIsExist(keys)"},
+    {"_ZN8mooncake10RealClient14batch_put_fromERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_"
+     "traitsIcESaIcEEESaIS7_EERKS1_IPvSaISC_EERKS1_ImSaImEERKNS_15ReplicateConfigE",
+     "RealClient::batch_put_from(keys, bufs, sizes, ReplicateConfig)"},
+    {"_ZN8mooncake10RealClient17batch_upsert_fromERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_"
+     "traitsIcESaIcEEESaIS7_EERKS1_IPvSaISC_EERKS1_ImSaImEERKNS_15ReplicateConfigE",
+     "RealClient::batch_upsert_from(keys, bufs, sizes, ReplicateConfig)"},
+    {"_ZN8mooncake10RealClient14batch_get_intoERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_"
+     "traitsIcESaIcEEESaIS7_EERKS1_IPvSaISC_EERKS1_ImSaImEE",
+     "RealClient::batch_get_into(keys, bufs, sizes)"},
+    {"_ZN8mooncake10RealClient11batchRemoveERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_"
+     "traitsIcESaIcEEESaIS7_EEb",
+     "RealClient::batchRemove(keys, bool)"},
+    {"_ZN8mooncake10RealClient15register_bufferEPvm", "RealClient::register_buffer(void*, size_t)"},
+    {"_ZN8mooncake10RealClient17unregister_bufferEPv", "RealClient::unregister_buffer(void*)"},
+    {"_ZN8mooncake10RealClient7getSizeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+     "RealClient::getSize(key)"},
+    {"_ZN8mooncake10RealClient7isExistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+     "RealClient::isExist(key)"},
+    {"_ZN8mooncake10RealClient8get_intoERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPvm",
+     "RealClient::get_into(key, void*, size_t)"},
+    {"_ZN3fLI17FLAGS_minloglevelE", "glog FLAGS_minloglevel"},
+};
+static_assert(sizeof(kSymbols) / sizeof(kSymbols[0]) == sizeof(Symbols) / sizeof(void *),
+              "one name per symbol");
+
+std::mutex g_load_mu;
+std::atomic<bool> g_loaded{false};
+Symbols g_sym{};
+int g_log_level = 3;
+
+// Waits up to timeout_ms for a TCP connection to host:port.
+bool tcp_probe(const std::string &host, const std::string &port, int timeout_ms,
+               std::string &why) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo *res = nullptr;
+    int gai = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+    if (gai != 0) {
+        why = std::string("cannot resolve: ") + gai_strerror(gai);
+        return false;
+    }
+    bool ok = false;
+    why = "no address";
+    for (addrinfo *ai = res; ai && !ok; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        ai->ai_protocol);
+        if (fd < 0) continue;
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc == 0) {
+            ok = true;
+        } else if (errno == EINPROGRESS) {
+            pollfd p{fd, POLLOUT, 0};
+            int pr = poll(&p, 1, timeout_ms);
+            if (pr == 1) {
+                int err = 0;
+                socklen_t len = sizeof err;
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+                if (err == 0)
+                    ok = true;
+                else
+                    why = strerror(err);
+            } else {
+                why = "no answer within " + std::to_string(timeout_ms) + " ms";
+            }
+        } else {
+            why = strerror(errno);
+        }
+        ::close(fd);
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+// Splits "host:port" (or "[v6]:port"); false if there is no port.
+bool split_host_port(const std::string &addr, std::string &host, std::string &port) {
+    if (!addr.empty() && addr[0] == '[') {
+        auto close = addr.find(']');
+        if (close == std::string::npos || close + 1 >= addr.size() || addr[close + 1] != ':')
+            return false;
+        host = addr.substr(1, close - 1);
+        port = addr.substr(close + 2);
+        return !port.empty();
+    }
+    auto colon = addr.rfind(':');
+    if (colon == std::string::npos) return false;
+    host = addr.substr(0, colon);
+    port = addr.substr(colon + 1);
+    return !host.empty() && !port.empty();
+}
+
+void probe(const std::string &what, const std::string &addr, int timeout_ms) {
+    std::string host, port, why;
+    if (!split_host_port(addr, host, port)) return;  // let Mooncake judge it
+    if (!tcp_probe(host, port, timeout_ms, why))
+        throw Error(MCS_E_UNREACHABLE,
+                    what + " " + addr + " is unreachable (" + why + ")");
+}
+
+class MooncakeBackend final : public Backend {
+public:
+    explicit MooncakeBackend(std::shared_ptr<RealClient> client) : client_(std::move(client)) {}
+    ~MooncakeBackend() override { teardown(); }
+
+    // Single keys take Mooncake's single-key calls: one RPC without the
+    // batch bookkeeping (measurably faster for the small-operation path).
+    std::vector<int> exists(const StrVec &keys) override {
+        if (keys.size() == 1) return {g_sym.is_exist(client_.get(), keys[0])};
+        return g_sym.batch_exists(client_.get(), keys);
+    }
+    std::vector<int64_t> get_into(const StrVec &keys, const PtrVec &bufs,
+                                  const SizeVec &sizes) override {
+        if (keys.size() == 1 && single_get_)
+            return {g_sym.get_into(client_.get(), keys[0], bufs[0], sizes[0])};
+        return g_sym.batch_get(client_.get(), keys, bufs, sizes);
+    }
+    std::vector<int> put_from(const StrVec &keys, const PtrVec &bufs, const SizeVec &sizes,
+                              const void *rcfg, bool upsert) override {
+        auto &cfg = *static_cast<const ReplicateConfig *>(rcfg);
+        return upsert ? g_sym.batch_upsert(client_.get(), keys, bufs, sizes, cfg)
+                      : g_sym.batch_put(client_.get(), keys, bufs, sizes, cfg);
+    }
+    std::vector<int> remove(const StrVec &keys, bool force) override {
+        return g_sym.batch_remove(client_.get(), keys, force);
+    }
+    int64_t size(const std::string &key) override { return g_sym.get_size(client_.get(), key); }
+    int register_buffer(void *ptr, size_t size) override {
+        return g_sym.register_buffer(client_.get(), ptr, size);
+    }
+    int unregister_buffer(void *ptr) override {
+        return g_sym.unregister_buffer(client_.get(), ptr);
+    }
+    void teardown() override {
+        if (client_ && !torn_down_) {
+            torn_down_ = true;
+            g_sym.teardown(client_.get());
+        }
+    }
+
+private:
+    std::shared_ptr<RealClient> client_;
+    bool torn_down_ = false;
+    bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
+};
+
+}  // namespace
+
+int load_mooncake(const char *path, std::string &msg) {
+    std::lock_guard<std::mutex> lk(g_load_mu);
+    if (g_loaded.load()) return MCS_OK;
+    if (!path || !*path) {
+        msg = "path to Mooncake's store.so is NULL or empty";
+        return MCS_E_INVALID_ARG;
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        msg = std::string("dlopen(") + path + ") failed: " + (e ? e : "unknown error");
+        return MCS_E_LOAD;
+    }
+    void *ptrs[sizeof(kSymbols) / sizeof(kSymbols[0])];
+    std::string missing;
+    for (size_t i = 0; i < sizeof(kSymbols) / sizeof(kSymbols[0]); i++) {
+        ptrs[i] = dlsym(h, kSymbols[i].mangled);
+        if (!ptrs[i]) missing += std::string(missing.empty() ? "" : ", ") + kSymbols[i].pretty;
+    }
+    if (!missing.empty()) {
+        // dlclose would not unload it anyway; keep the handle.
+        msg = std::string(path) + " lacks symbols this shim needs (" + missing +
+              "); install mooncake-transfer-engine(-non-cuda)==0.3.13.post1";
+        return MCS_E_LOAD;
+    }
+    static_assert(sizeof(Symbols) == sizeof(ptrs), "layout");
+    std::memcpy(&g_sym, ptrs, sizeof ptrs);
+    *g_sym.minloglevel = g_log_level;
+    g_loaded.store(true);
+    return MCS_OK;
+}
+
+const void *replicate_config_typeid() { return &typeid(ReplicateConfig); }
+
+bool mooncake_loaded() { return g_loaded.load(); }
+
+int set_log_level(int level) {
+    if (level < 0 || level > 3) return MCS_E_INVALID_ARG;
+    std::lock_guard<std::mutex> lk(g_load_mu);
+    g_log_level = level;
+    if (g_loaded.load()) *g_sym.minloglevel = level;
+    return MCS_OK;
+}
+
+std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec &values,
+                                               int probe_timeout_ms) {
+    if (!g_loaded.load())
+        throw Error(MCS_E_NOT_LOADED, "Mooncake is not loaded: call mcs_load() first");
+    ConfigDict cfg;
+    for (size_t i = 0; i < keys.size(); i++) cfg[keys[i]] = values[i];
+    // Setup re-reads glog's threshold from MC_LOG_LEVEL in places; re-assert.
+    *g_sym.minloglevel = g_log_level;
+
+    if (probe_timeout_ms >= 0) {
+        int t = probe_timeout_ms ? probe_timeout_ms : 2000;
+        auto it = cfg.find("master_server_addr");
+        probe("master_server_addr", it != cfg.end() ? it->second : "127.0.0.1:50051", t);
+        it = cfg.find("metadata_server");
+        if (it != cfg.end() && it->second.rfind("http://", 0) == 0) {
+            std::string rest = it->second.substr(7);
+            std::string hostport = rest.substr(0, rest.find('/'));
+            if (hostport.find(':') == std::string::npos) hostport += ":80";
+            probe("metadata_server", hostport, t);
+        }
+    }
+    std::shared_ptr<RealClient> client = g_sym.create();
+    if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
+    ExpectedVoid r = g_sym.setup(client.get(), cfg);
+    *g_sym.minloglevel = g_log_level;
+    if (!r.has_value) {
+        int code = r.error ? r.error : -1;
+        g_sym.teardown(client.get());
+        throw Error(code, "Mooncake setup failed: " + describe(code));
+    }
+    return std::make_unique<MooncakeBackend>(std::move(client));
+}
+
+}  // namespace mcs
