@@ -1,0 +1,94 @@
+"""Shared fixtures: a real local Mooncake cluster, and its logs attached to failing tests.
+
+``cluster`` is one LocalCluster for the whole session (started on first use, stopped at the
+end); ``cluster_config`` is a client config for it.  ``make_cluster`` creates extra clusters
+for a single test and stops them afterwards, whatever the test did.  When a test that used a
+cluster fails, the last lines of the master's and the storage node's logs (with their paths)
+are added to its report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mooncake_cffi.cluster import LocalCluster
+
+LOG_TAIL_LINES = 30
+LOG_LINE_CHARS = 500
+
+_SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
+_TEST_CLUSTERS = pytest.StashKey[list[LocalCluster]]()
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """A running master + storage node on 127.0.0.1, shared by the whole session."""
+    local = LocalCluster(tmp_path_factory.mktemp("mooncake-cluster"))
+    request.config.stash[_SESSION_CLUSTER] = local  # before start: its logs explain a failure
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def cluster_config(cluster: LocalCluster) -> dict[str, Any]:
+    """Mooncake setup keys for a client of the session cluster (contributing no memory)."""
+    return cluster.client_config()
+
+
+@pytest.fixture
+def make_cluster(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[..., LocalCluster]]:
+    """Factory of (not yet started) LocalClusters under tmp_path, all stopped at teardown."""
+    made: list[LocalCluster] = []
+    request.node.stash[_TEST_CLUSTERS] = made
+
+    def factory(segment_size: str = "1 GB") -> LocalCluster:
+        local = LocalCluster(tmp_path / f"cluster{len(made)}", segment_size=segment_size)
+        made.append(local)
+        return local
+
+    yield factory
+    for local in made:
+        local.stop()
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"(cannot read: {exc})"
+    kept = [
+        line if len(line) <= LOG_LINE_CHARS else line[:LOG_LINE_CHARS] + " [...]"
+        for line in text.splitlines()[-lines:]
+    ]
+    return "\n".join(kept) or "(empty)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.failed:
+        return
+    clusters = list(item.stash.get(_TEST_CLUSTERS, []))
+    session_cluster = item.config.stash.get(_SESSION_CLUSTER, None)
+    if session_cluster is not None and "cluster" in getattr(item, "fixturenames", ()):
+        clusters.append(session_cluster)
+    for local in clusters:
+        for role, path in local.log_paths().items():
+            if path.exists():
+                report.sections.append(
+                    (f"mooncake {role} log {path} (last {LOG_TAIL_LINES} lines)", _tail(path))
+                )
