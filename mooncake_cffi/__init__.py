@@ -1,0 +1,60 @@
+"""mooncake-cffi: a Python client for Mooncake Store over a small C ABI shim.
+
+Quick use::
+
+    from mooncake_cffi import Client
+
+    with Client({"local_hostname": "127.0.0.1",
+                 "metadata_server": "http://127.0.0.1:8080/metadata",
+                 "master_server_addr": "127.0.0.1:50051",
+                 "protocol": "tcp", "global_segment_size": "0"}) as client:
+        client.put("greeting", b"hello")
+        assert client.get("greeting") == b"hello"
+
+The configuration is the JSON/dict LMCache's ``mooncake_store`` L2 adapter takes
+(``num_workers``, ``per_op_workers`` and Mooncake's own setup keys).
+"""
+
+from ._version import __version__
+from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs
+from .errors import (
+    ClosedError,
+    ForkedError,
+    HasLeaseError,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    L1Error,
+    MooncakeError,
+    MooncakeTimeoutError,
+    NoSpaceError,
+    QueueFullError,
+    TransportError,
+    error_name,
+)
+from .client import EXISTED, LANES, Client, Completion, set_log_level  # noqa: E402
+from .aio import AsyncClient  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "AsyncClient",
+    "Client",
+    "Completion",
+    "EXISTED",
+    "LANES",
+    "StoreConfig",
+    "UnknownConfigKeyWarning",
+    "parse_adapter_specs",
+    "set_log_level",
+    "error_name",
+    "MooncakeError",
+    "ClosedError",
+    "ForkedError",
+    "HasLeaseError",
+    "InvalidArgumentError",
+    "KeyNotFoundError",
+    "L1Error",
+    "MooncakeTimeoutError",
+    "NoSpaceError",
+    "QueueFullError",
+    "TransportError",
+]

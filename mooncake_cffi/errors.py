@@ -1,0 +1,137 @@
+"""Exceptions of mooncake-cffi and the mapping from shim status codes to them.
+
+Every failure reported by the shim or by Mooncake becomes a :class:`MooncakeError`
+(or a subclass) carrying the numeric ``code`` and its symbolic ``name``.  Several
+subclasses also derive from a builtin so callers can catch either:
+``KeyNotFoundError`` is a ``LookupError``, ``InvalidArgumentError`` a ``ValueError``,
+``ClosedError`` a ``RuntimeError``, ``TimeoutError_`` a ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import _binding
+
+__all__ = [
+    "MooncakeError",
+    "KeyNotFoundError",
+    "HasLeaseError",
+    "NoSpaceError",
+    "ClosedError",
+    "ForkedError",
+    "TransportError",
+    "QueueFullError",
+    "InvalidArgumentError",
+    "L1Error",
+    "MooncakeTimeoutError",
+    "error_name",
+    "error_for",
+    "check",
+]
+
+# Mooncake ErrorCode values used for branching.
+OBJECT_NOT_FOUND = -704
+OBJECT_HAS_LEASE = -706
+NO_AVAILABLE_HANDLE = -200
+INVALID_PARAMS = -600
+TRANSFER_FAIL = -800
+RPC_FAIL = -900
+RPC_TIMEOUT = -901
+
+
+class MooncakeError(Exception):
+    """A failed operation.
+
+    Attributes:
+        code: the status code (Mooncake's ErrorCode, or the shim's ``MCS_E_*``).
+        name: its symbolic name, e.g. ``"OBJECT_HAS_LEASE"``.
+        message: what went wrong, in words.
+        results: per-key results of the batch, when the error concerns a batch.
+    """
+
+    def __init__(self, code: int, message: str = "", results: Sequence[int] | None = None):
+        self.code = int(code)
+        self.name = error_name(self.code)
+        self.message = message or _binding.strerror(self.code)
+        self.results = list(results) if results is not None else None
+        super().__init__(f"{self.name} ({self.code}): {self.message}")
+
+
+class KeyNotFoundError(MooncakeError, LookupError):
+    """The key is not in the store (OBJECT_NOT_FOUND, -704)."""
+
+
+class HasLeaseError(MooncakeError):
+    """The key is under a read lease (OBJECT_HAS_LEASE, -706); remove with force=True."""
+
+
+class NoSpaceError(MooncakeError):
+    """The cluster's memory segments are full (NO_AVAILABLE_HANDLE, -200)."""
+
+
+class ClosedError(MooncakeError, RuntimeError):
+    """The client was closed (or its handle freed)."""
+
+
+class ForkedError(MooncakeError, RuntimeError):
+    """The client was created in a parent process; create a new one after fork()."""
+
+
+class TransportError(MooncakeError, ConnectionError):
+    """Moving data or talking to the master failed (TRANSFER_FAIL, RPC_FAIL, unreachable)."""
+
+
+class QueueFullError(MooncakeError):
+    """A lane's queue stayed full (see ``queue_capacity`` / ``queue_timeout``)."""
+
+
+class InvalidArgumentError(MooncakeError, ValueError):
+    """Bad input: empty or duplicate keys, zero sizes, too-small buffers, ..."""
+
+
+class L1Error(InvalidArgumentError):
+    """A transfer buffer lies outside the registered L1 region or crosses a block."""
+
+
+class MooncakeTimeoutError(MooncakeError, TimeoutError):
+    """A wait ran out."""
+
+
+_BY_CODE: dict[int, type[MooncakeError]] = {
+    OBJECT_NOT_FOUND: KeyNotFoundError,
+    OBJECT_HAS_LEASE: HasLeaseError,
+    NO_AVAILABLE_HANDLE: NoSpaceError,
+    INVALID_PARAMS: InvalidArgumentError,
+    TRANSFER_FAIL: TransportError,
+    RPC_FAIL: TransportError,
+    RPC_TIMEOUT: TransportError,
+    -10001: InvalidArgumentError,  # MCS_E_INVALID_ARG
+    -10002: ClosedError,  # MCS_E_INVALID_HANDLE
+    -10003: ClosedError,  # MCS_E_CLOSED
+    -10004: ForkedError,  # MCS_E_FORKED
+    -10007: QueueFullError,  # MCS_E_QUEUE_FULL
+    -10008: L1Error,  # MCS_E_OUTSIDE_L1
+    -10009: InvalidArgumentError,  # MCS_E_DUPLICATE_KEY
+    -10010: TransportError,  # MCS_E_UNREACHABLE
+    -10012: MooncakeTimeoutError,  # MCS_E_TIMEOUT
+}
+
+
+def error_name(code: int) -> str:
+    """Symbolic name of a status code (``"OK"`` for 0, ``"UNKNOWN_ERROR"`` if unknown)."""
+    return _binding.error_name(int(code))
+
+
+def error_for(
+    code: int, message: str = "", results: Sequence[int] | None = None
+) -> MooncakeError:
+    """The exception instance for a status code."""
+    return _BY_CODE.get(int(code), MooncakeError)(code, message, results)
+
+
+def check(rc: int) -> int:
+    """Raise the exception for a negative shim status, with the shim's message."""
+    if rc < 0:
+        raise error_for(rc, _binding.last_error())
+    return rc
