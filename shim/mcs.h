@@ -206,6 +206,18 @@ MCS_API int mcs_client_create(mcs_client **out, const char *const *keys,
  * client closed (the parent's client cannot be torn down from there). */
 MCS_API int mcs_client_close(mcs_client *c);
 
+/* For a process that is about to _exit(): like mcs_client_close() (accepted
+ * work finishes, workers are joined, L1 is unregistered) but Mooncake's own
+ * teardown, which takes 0.3-1 s, is skipped.  The master forgets the client
+ * once its TTL passes; the caller should remove the client's metadata
+ * entries (see mcs_client_hostname) and must not return to code that may
+ * use Mooncake again.  Idempotent with mcs_client_close(). */
+MCS_API int mcs_client_close_for_exit(mcs_client *c);
+
+/* The name this client registered with the cluster ("host:port", the port
+ * chosen by Mooncake's setup), NUL-terminated, into buf[0..cap). */
+MCS_API int mcs_client_hostname(mcs_client *c, char *buf, size_t cap);
+
 /* Closes if needed, then releases the client and its eventfd.  NULL or an
  * already-freed handle is a no-op.  The handle is invalid afterwards. */
 MCS_API void mcs_client_free(mcs_client *c);

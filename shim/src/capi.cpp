@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <unordered_set>
 
 #include "internal.hpp"
@@ -228,6 +229,36 @@ int mcs_client_close(mcs_client *c) {
     }
     release(h);
     return rc;
+}
+
+int mcs_client_close_for_exit(mcs_client *c) {
+    int rc = MCS_OK;
+    mcs_client *h = acquire(c, rc);
+    if (!h) return rc;
+    try {
+        if (forked(h))
+            h->engine->abandon();
+        else
+            h->engine->close_for_exit();
+        rc = ok();
+    } catch (const std::exception &e) {
+        rc = fail(MCS_E_INTERNAL, std::string("exception while closing: ") + e.what());
+    } catch (...) {
+        rc = fail(MCS_E_INTERNAL, "exception while closing");
+    }
+    release(h);
+    return rc;
+}
+
+int mcs_client_hostname(mcs_client *c, char *buf, size_t cap) {
+    return with_open_client(c, [&](mcs::Engine &e) {
+        if (!buf || !cap) throw mcs::Error(MCS_E_INVALID_ARG, "buf is NULL or cap is 0");
+        std::string name = e.hostname();
+        if (name.size() + 1 > cap)
+            throw mcs::Error(MCS_E_INVALID_ARG, "buf too small for the hostname");
+        std::memcpy(buf, name.c_str(), name.size() + 1);
+        return MCS_OK;
+    });
 }
 
 void mcs_client_free(mcs_client *c) {

@@ -667,6 +667,11 @@ int Engine::close() {
     return MCS_OK;
 }
 
+int Engine::close_for_exit() {
+    if (backend_) backend_->skip_teardown();
+    return close();
+}
+
 void Engine::abandon() { state_.store(kClosed); }
 
 }  // namespace mcs

@@ -56,6 +56,10 @@ public:
     virtual int unregister_buffer(void *ptr) = 0;
     // Called once, by Engine::close(), after every worker has stopped.
     virtual void teardown() = 0;
+    // Makes teardown() a no-op (the process is about to _exit).
+    virtual void skip_teardown() {}
+    // The name the store registered this client under ("" if none).
+    virtual std::string hostname() { return {}; }
 };
 
 // Latency histogram: 4 buckets per power of two of microseconds.
@@ -183,6 +187,9 @@ public:
     // Idempotent.  Waits for calls in progress, runs every accepted batch to
     // completion, joins the workers, unregisters L1, tears the backend down.
     int close();
+    // close() without the backend's teardown (for a process about to exit).
+    int close_for_exit();
+    std::string hostname() { return backend_ ? backend_->hostname() : std::string(); }
     // For a forked child: refuse everything, touch nothing.
     void abandon();
     bool closed() const { return state_.load() != kOpen; }

@@ -58,6 +58,7 @@ struct Symbols {
     int (*unregister_buffer)(RealClient *, void *);
     int64_t (*get_size)(RealClient *, const std::string &);
     int (*is_exist)(RealClient *, const std::string &);
+    std::string (*get_hostname)(const RealClient *);
     int64_t (*get_into)(RealClient *, const std::string &, void *, size_t);
     int32_t *minloglevel;
 };
@@ -95,6 +96,7 @@ constexpr SymbolName kSymbols[] = {
      "RealClient::getSize(key)"},
     {"_ZN8mooncake10RealClient7isExistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
      "RealClient::isExist(key)"},
+    {"_ZNK8mooncake10RealClient12get_hostnameB5cxx11Ev", "RealClient::get_hostname()"},
     {"_ZN8mooncake10RealClient8get_intoERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPvm",
      "RealClient::get_into(key, void*, size_t)"},
     {"_ZN3fLI17FLAGS_minloglevelE", "glog FLAGS_minloglevel"},
@@ -209,6 +211,8 @@ public:
     int unregister_buffer(void *ptr) override {
         return g_sym.unregister_buffer(client_.get(), ptr);
     }
+    void skip_teardown() override { torn_down_ = true; }
+    std::string hostname() override { return g_sym.get_hostname(client_.get()); }
     void teardown() override {
         if (client_ && !torn_down_) {
             torn_down_ = true;
