@@ -257,7 +257,7 @@ class Client:
                 )
             try:
                 l1_cdata = ffi.from_buffer(l1, require_writable=True)
-            except TypeError as exc:
+            except (TypeError, BufferError) as exc:
                 raise ValueError(
                     f"invalid L1 memory descriptor: {type(l1).__name__} is not a writable "
                     f"buffer ({exc})"
@@ -452,7 +452,7 @@ class Client:
         for i, b in enumerate(buffers):
             try:
                 cbufs.append(ffi.from_buffer(b, require_writable=writable))
-            except TypeError:
+            except (TypeError, BufferError):
                 what = "a writable buffer" if writable else "a bytes-like object"
                 raise TypeError(f"buffer #{i} must be {what}, not {type(b).__name__}") from None
         if sizes is None:
