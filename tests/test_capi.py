@@ -1,0 +1,284 @@
+"""The shim's C ABI called directly through cffi: header/cdef agreement and misuse.
+
+Every misuse must come back as its documented status code with a message; none
+may crash the process (a crash would take the whole pytest run down).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import mooncake_cffi
+from mooncake_cffi import _binding
+from mooncake_cffi._binding import ffi, lib
+
+REPO = Path(__file__).resolve().parents[1]
+NULL = ffi.NULL
+
+E_INVALID_ARG = lib.MCS_E_INVALID_ARG
+E_INVALID_HANDLE = lib.MCS_E_INVALID_HANDLE
+E_CLOSED = lib.MCS_E_CLOSED
+E_FORKED = lib.MCS_E_FORKED
+E_DUPLICATE_KEY = lib.MCS_E_DUPLICATE_KEY
+
+
+# ------------------------------------------------------- header and cdef
+
+
+def test_installed_header_is_the_repository_header():
+    assert _binding.HEADER_PATH.read_text() == (REPO / "shim" / "mcs.h").read_text()
+
+
+def _declared_functions(header: str) -> set[str]:
+    cdef = _binding.cdef_from_header(header)
+    return set(re.findall(r"\b(mcs_\w+)\s*\(", cdef))
+
+
+def test_cdef_matches_the_exported_symbols():
+    """Every declared function is exported by libmcs.so and nothing else is."""
+    declared = _declared_functions(_binding.HEADER_PATH.read_text())
+    so = Path(mooncake_cffi.__file__).parent / "libmcs.so"
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True, check=True
+    ).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if line.split()[-2:-1] == ["T"]}
+    assert declared == exported
+
+
+def test_every_declared_function_resolves():
+    for name in _declared_functions(_binding.HEADER_PATH.read_text()):
+        assert getattr(lib, name) is not None
+
+
+def test_versions_agree():
+    assert ffi.string(lib.mcs_version_string()).decode() == mooncake_cffi.__version__
+    major, minor, patch = (int(x) for x in mooncake_cffi.__version__.split("."))
+    assert lib.mcs_version() == major * 10000 + minor * 100 + patch
+    assert lib.mcs_abi_version() == _binding.ABI_VERSION
+    meson = (REPO / "meson.build").read_text()
+    assert f"version: '{mooncake_cffi.__version__}'" in meson
+
+
+def test_error_names_and_strings_are_never_null():
+    assert _binding.error_name(-706) == "OBJECT_HAS_LEASE"
+    assert _binding.error_name(E_CLOSED) == "MCS_E_CLOSED"
+    for code in (0, -1, -704, -99999, 12345, E_INVALID_ARG):
+        assert lib.mcs_error_name(code) != NULL
+        assert lib.mcs_strerror(code) != NULL
+    assert lib.mcs_last_error() != NULL
+
+
+# --------------------------------------------------------------- misuse
+
+
+@pytest.fixture
+def raw(cluster):
+    """A raw shim handle on the session cluster, freed afterwards."""
+    _binding.ensure_mooncake_loaded()
+    cfg = cluster.client_config()
+    keys = [ffi.new("char[]", k.encode()) for k in cfg]
+    vals = [ffi.new("char[]", str(v).encode()) for v in cfg.values()]
+    out = ffi.new("mcs_client **")
+    rc = lib.mcs_client_create(out, keys, vals, len(cfg), NULL, 0)
+    assert rc == 0, _binding.last_error()
+    handle = out[0]
+    yield handle
+    lib.mcs_client_free(handle)
+
+
+def _keys(*names: str):
+    owned = [ffi.new("char[]", n.encode()) for n in names]
+    return ffi.new("char *[]", owned), owned
+
+
+def _res(n: int):
+    return ffi.new("int64_t[]", max(n, 1))
+
+
+def test_misuse_table(raw):
+    k1, _o1 = _keys("misuse-a")
+    kdup, _o2 = _keys("same", "same")
+    kempty, _o3 = _keys("")
+    knull = ffi.new("char *[]", [NULL])
+    buf = ffi.new("char[]", 16)
+    bufs = ffi.new("void *[]", [buf])
+    nullbufs = ffi.new("void *[]", [NULL])
+    sizes = ffi.new("uint64_t[]", [16])
+    zero = ffi.new("uint64_t[]", [0])
+    idp = ffi.new("uint64_t *")
+    comp = ffi.new("struct mcs_completion[]", 4)
+    st = ffi.new("struct mcs_lane_stats *")
+    fdp = ffi.new("int *")
+    OP = lib
+
+    cases = [
+        ("run NULL handle", lambda: lib.mcs_run(NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_HANDLE),
+        ("run bogus handle", lambda: lib.mcs_run(ffi.cast("mcs_client *", 0x1234), 0, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_HANDLE),
+        ("n == 0", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 0, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("keys NULL", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, NULL, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("a NULL key", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, knull, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("empty key", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kempty, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("duplicate keys", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kdup, 2, NULL, NULL, _res(2), 0, NULL), E_DUPLICATE_KEY),
+        ("results NULL", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, NULL, 0, NULL), E_INVALID_ARG),
+        ("unknown op", lambda: lib.mcs_run(raw, 99, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("negative op", lambda: lib.mcs_run(raw, -1, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("unknown flags", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 1 << 10, NULL), E_INVALID_ARG),
+        ("get without bufs", lambda: lib.mcs_run(raw, OP.MCS_OP_GET, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("exists with bufs", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, bufs, sizes, _res(1), 0, NULL), E_INVALID_ARG),
+        ("put NULL buffer", lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, nullbufs, sizes, _res(1), 0, NULL), E_INVALID_ARG),
+        ("put zero size", lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, zero, _res(1), 0, NULL), E_INVALID_ARG),
+        ("put without config", lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, sizes, _res(1), 0, NULL), E_INVALID_ARG),
+        ("submit id_out NULL", lambda: lib.mcs_submit(raw, NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        ("drain out NULL", lambda: lib.mcs_drain(raw, NULL, 4), E_INVALID_ARG),
+        ("drain NULL handle", lambda: lib.mcs_drain(NULL, comp, 4), E_INVALID_HANDLE),
+        ("stats bad lane", lambda: lib.mcs_client_lane_stats(raw, 7, st), E_INVALID_ARG),
+        ("stats out NULL", lambda: lib.mcs_client_lane_stats(raw, 0, NULL), E_INVALID_ARG),
+        ("fd out NULL", lambda: lib.mcs_client_fd(raw, NULL), E_INVALID_ARG),
+        ("register NULL", lambda: lib.mcs_client_register_l1(raw, NULL, 100, 0), E_INVALID_ARG),
+        ("register size 0", lambda: lib.mcs_client_register_l1(raw, buf, 0, 0), E_INVALID_ARG),
+        ("default config NULL", lambda: lib.mcs_client_set_default_replicate_config(raw, NULL), E_INVALID_ARG),
+        ("hostname NULL buf", lambda: lib.mcs_client_hostname(raw, NULL, 10), E_INVALID_ARG),
+        ("close NULL", lambda: lib.mcs_client_close(NULL), E_INVALID_HANDLE),
+        ("log level 9", lambda: lib.mcs_set_log_level(9), E_INVALID_ARG),
+        ("create out NULL", lambda: lib.mcs_client_create(NULL, NULL, NULL, 0, NULL, 0), E_INVALID_ARG),
+        ("create keys NULL", lambda: lib.mcs_client_create(ffi.new("mcs_client **"), NULL, NULL, 2, NULL, 0), E_INVALID_ARG),
+    ]
+    for name, call, expected in cases:
+        rc = call()
+        assert rc == expected, f"{name}: got {rc} ({_binding.last_error()})"
+        assert _binding.last_error(), f"{name}: no message"
+    # the handle is still fine after all that
+    res = _res(1)
+    assert lib.mcs_run(raw, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, res, 0, NULL) == 0
+    assert lib.mcs_client_fd(raw, fdp) == 0 and fdp[0] >= 0
+    assert lib.mcs_submit(raw, idp, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, res, 0, NULL) == 0
+    assert lib.mcs_wait(raw, 5000) == 0
+    assert lib.mcs_drain(raw, comp, 4) == 1 and comp[0].id == idp[0]
+    assert lib.mcs_wait(raw, 10) == lib.MCS_E_TIMEOUT
+    free_null = lib.mcs_client_free
+    free_null(NULL)  # a no-op
+
+
+def test_lane_layout_out_of_range_is_refused(cluster):
+    _binding.ensure_mooncake_loaded()
+    lanes = ffi.new("struct mcs_lanes *")
+    lanes.store = 5000
+    out = ffi.new("mcs_client **")
+    assert lib.mcs_client_create(out, NULL, NULL, 0, lanes, 0) == E_INVALID_ARG
+    assert out[0] == NULL
+    assert "1024" in _binding.last_error()
+
+
+def test_calls_after_close_double_close_and_after_free(cluster):
+    _binding.ensure_mooncake_loaded()
+    cfg = cluster.client_config()
+    keys = [ffi.new("char[]", k.encode()) for k in cfg]
+    vals = [ffi.new("char[]", str(v).encode()) for v in cfg.values()]
+    out = ffi.new("mcs_client **")
+    assert lib.mcs_client_create(out, keys, vals, len(cfg), NULL, 0) == 0
+    h = out[0]
+    k1, _o = _keys("after-close")
+    assert lib.mcs_client_close(h) == 0
+    assert lib.mcs_client_close(h) == 0
+    assert lib.mcs_run(h, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL) == E_CLOSED
+    assert lib.mcs_client_register_l1(h, ffi.new("char[]", 8), 8, 0) == E_CLOSED
+    comp = ffi.new("struct mcs_completion[]", 1)
+    assert lib.mcs_drain(h, comp, 1) == 0  # still drainable, nothing left
+    assert lib.mcs_wait(h, -1) == E_CLOSED  # never blocks on a closed client
+    lib.mcs_client_free(h)
+    lib.mcs_client_free(h)  # double free: a no-op
+    assert lib.mcs_run(h, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL) == E_INVALID_HANDLE
+    assert lib.mcs_client_close(h) == E_INVALID_HANDLE
+
+
+def test_close_while_other_threads_are_mid_call(cluster):
+    """Threads hammer the client while another closes it: every call returns 0 or CLOSED."""
+    _binding.ensure_mooncake_loaded()
+    cfg = cluster.client_config()
+    keys = [ffi.new("char[]", k.encode()) for k in cfg]
+    vals = [ffi.new("char[]", str(v).encode()) for v in cfg.values()]
+    out = ffi.new("mcs_client **")
+    assert lib.mcs_client_create(out, keys, vals, len(cfg), NULL, 0) == 0
+    h = out[0]
+    codes: list[int] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def hammer(i: int) -> None:
+        k, _o = _keys(f"busy-{i}")
+        res = _res(1)
+        while not stop.is_set():
+            rc = lib.mcs_run(h, lib.MCS_OP_EXISTS, k, 1, NULL, NULL, res, 0, NULL)
+            with lock:
+                codes.append(rc)
+            if rc in (E_CLOSED, E_INVALID_HANDLE):
+                return
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    assert lib.mcs_client_close(h) == 0
+    lib.mcs_client_free(h)
+    stop.set()
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive()
+    assert set(codes) <= {0, E_CLOSED, E_INVALID_HANDLE}
+    assert codes.count(0) > 0
+
+
+def test_use_in_forked_child_returns_forked(raw):
+    k1, _o = _keys("fork")
+    pid = os.fork()
+    if pid == 0:
+        rc = lib.mcs_run(raw, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL)
+        rc2 = lib.mcs_drain(raw, ffi.new("struct mcs_completion[]", 1), 1)
+        rc3 = lib.mcs_client_close(raw)  # only marks it closed, no teardown of the parent's
+        lib.mcs_client_free(raw)
+        os._exit(0 if (rc, rc2, rc3) == (E_FORKED, E_FORKED, 0) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    res = _res(1)
+    assert lib.mcs_run(raw, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, res, 0, NULL) == 0
+
+
+def test_load_with_a_bad_path_reports_it():
+    # Mooncake is already loaded in this process: mcs_load is idempotent.
+    _binding.ensure_mooncake_loaded()
+    assert lib.mcs_load(b"/nonexistent/store.so") == 0
+    code = (
+        "import cffi, sys\n"
+        "from mooncake_cffi import _binding as b\n"
+        "rc = b.lib.mcs_load(b'/nonexistent/store.so')\n"
+        "print(rc, b.last_error())\n"
+        "rc = b.lib.mcs_load(b.ffi.NULL)\n"
+        "print(rc, b.last_error())\n"
+    )
+    out = subprocess.run(
+        [os.sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True
+    ).stdout.splitlines()
+    assert out[0].startswith(str(lib.MCS_E_LOAD)) and "/nonexistent/store.so" in out[0]
+    assert out[1].startswith(str(E_INVALID_ARG))
+
+
+def test_a_library_lacking_symbols_is_named(tmp_path):
+    """Loading a .so without RealClient's symbols names the missing ones."""
+    code = (
+        "from mooncake_cffi import _binding as b\n"
+        "import ctypes.util\n"
+        "rc = b.lib.mcs_load(ctypes.util.find_library('z').encode() if False else b'libz.so.1')\n"
+        "print(rc, b.last_error())\n"
+    )
+    out = subprocess.run(
+        [os.sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True
+    ).stdout
+    assert out.startswith(str(lib.MCS_E_LOAD))
+    assert "RealClient::create()" in out and "RealClient::batch_get_into" in out
