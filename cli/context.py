@@ -1,0 +1,482 @@
+"""Where the cluster is, and the one Mooncake client a command uses.
+
+:class:`Settings` is mcl2's context object (``ctx.obj``).  The shared options write into it
+through callbacks, so an option given after the command (``mcl2 get KEY --master H:P``)
+overrides the same option given before it, and environment variables (``MCL2_*``) only apply
+at the top level.  The client is created lazily on first use and closed when the command's
+context closes: normally (``Client.close``) when mcl2 runs inside another program such as
+click's ``CliRunner``, or quickly (``Client.close_for_exit``, then ``os._exit`` in
+:func:`mooncake_cffi.cli.main.main`) when it runs as the ``mcl2`` console script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import urllib.parse
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .errors import CliError, NoClusterError, StoreError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Port of mooncake_master's HTTP metadata server unless told otherwise.
+DEFAULT_METADATA_PORT = 8080
+#: Port of mooncake_master's RPC service unless told otherwise.
+DEFAULT_MASTER_PORT = 50051
+DEFAULT_HOSTNAME = "127.0.0.1"
+DEFAULT_CONNECT_TIMEOUT = 2.0
+#: Seconds added to the connect timeout before a stuck setup is abandoned (console only).
+SETUP_GRACE = 2.5
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/mcl2``, or ``~/.local/state/mcl2``."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "mcl2"
+
+
+@dataclass
+class Settings:
+    """Options of one mcl2 invocation, and the client created from them."""
+
+    fast_exit: bool = False
+    master: str | None = None
+    metadata_server: str | None = None
+    protocol: str | None = None
+    hostname: str | None = None
+    config: str | None = None
+    state_dir: Path | None = None
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    verbose: int = 0
+    quiet: bool = False
+    json: bool = False
+    _client: Any = field(default=None, repr=False)
+    _where: str = field(default="", repr=False)
+    _exiting_client: Any = field(default=None, repr=False)
+
+    # -- output -----------------------------------------------------------------------------
+
+    def info(self, message: str) -> None:
+        """A progress or summary line on stderr (silenced by -q and --json)."""
+        if not self.quiet and not self.json:
+            click.echo(message, err=True)
+
+    def warn(self, message: str) -> None:
+        """A warning on stderr (silenced by -q only)."""
+        if not self.quiet:
+            click.echo(f"mcl2: warning: {message}", err=True)
+
+    def debug(self, message: str) -> None:
+        """A line on stderr with -v."""
+        if self.verbose:
+            click.echo(f"mcl2: {message}", err=True)
+
+    def emit_json(self, data: Any) -> None:
+        click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+    # -- where the cluster is -----------------------------------------------------------------
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        return self.state_dir if self.state_dir is not None else default_state_dir()
+
+    def store_config(self) -> Any:
+        """The StoreConfig for this invocation's client (options, env, --config, local cluster)."""
+        from mooncake_cffi.config import StoreConfig
+
+        explicit = any(v is not None for v in (self.config, self.master, self.metadata_server))
+        if explicit:
+            base = _load_config_option(self.config) if self.config is not None else {}
+            self._where = "--config" if self.config is not None else "options"
+        else:
+            base = self._local_cluster_config()
+        d = dict(base)
+        if self.master is not None:
+            d["master_server_addr"] = self.master
+        if self.metadata_server is not None:
+            d["metadata_server"] = self.metadata_server
+        if self.protocol is not None:
+            d["protocol"] = self.protocol
+        if self.hostname is not None:
+            d["local_hostname"] = self.hostname
+        d.setdefault("local_hostname", DEFAULT_HOSTNAME)
+        _fill_in_addresses(d)
+        given_segment = d.get("global_segment_size")
+        if given_segment not in (None, "0", 0):
+            self.debug(
+                f"ignoring global_segment_size={given_segment!r}: mcl2 never contributes memory "
+                "(a short-lived process's segment would lose what is stored in it)"
+            )
+        d["global_segment_size"] = "0"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                config = StoreConfig.from_dict(d)
+                config.check_connectable()
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="'--config'") from None
+        for w in caught:
+            self.warn(str(w.message))
+        return config
+
+    def _local_cluster_config(self) -> dict[str, Any]:
+        from mooncake_cffi.cluster import ClusterError, LocalCluster
+
+        state_dir = self.resolved_state_dir
+        try:
+            local = LocalCluster.load(state_dir)
+        except ClusterError as exc:
+            raise NoClusterError(str(exc)) from None
+        if local is None or not local.is_running():
+            raise NoClusterError(
+                f"no local cluster (state directory {state_dir}): run `mcl2 cluster up`, "
+                "or give --master/--metadata-server/--config"
+            )
+        self._where = f"the local cluster in {state_dir}"
+        return local.client_config()
+
+    # -- the client ---------------------------------------------------------------------------
+
+    def client(self) -> Any:
+        """The Mooncake client, created on first use and closed with the command."""
+        if self._client is not None:
+            return self._client
+        config = self.store_config()
+        setup = config.setup_config
+        master = setup.get("master_server_addr", f"127.0.0.1:{DEFAULT_MASTER_PORT}")
+        meta = setup.get("metadata_server", "?")
+        self.debug(
+            f"connecting to master {master}, metadata server {meta} "
+            f"as {setup.get('local_hostname')} over {setup.get('protocol', 'tcp')} "
+            f"(from {self._where})"
+        )
+        import mooncake_cffi
+        from mooncake_cffi import Client, MooncakeError
+
+        if self.verbose:
+            mooncake_cffi.set_log_level(2 if self.verbose == 1 else 0)
+        watchdog = None
+        try:
+            with _quiet_stderr(enabled=not self.verbose) as quiet:
+                if self.fast_exit:
+                    watchdog = self._start_watchdog(master, meta, quiet)
+                client = Client(config, connect_timeout=self.connect_timeout)
+        except MooncakeError as exc:
+            raise StoreError.wrap(exc, f"cannot connect to master {master}") from None
+        except ValueError as exc:  # e.g. rdma without L1
+            raise CliError(f"cannot set up a client for master {master}: {exc}") from None
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+        self._client = client
+        ctx = click.get_current_context()
+        ctx.find_root().call_on_close(self.close)
+        if self.verbose:
+            try:
+                self.debug(f"registered as {client.hostname}")
+            except Exception:
+                pass
+        return client
+
+    def _start_watchdog(self, master: str, meta: str, quiet: _quiet_stderr) -> threading.Timer:
+        """Abandon a Mooncake setup that hangs past the connect timeout (console script only).
+
+        Mooncake's own setup retries an unresponsive master for ~90 s; the shim's TCP probe
+        catches a refused or silent port, this catches a port that accepts but never answers.
+        """
+        limit = self.connect_timeout + SETUP_GRACE
+
+        def fire() -> None:
+            message = (
+                f"Error: cannot connect to master {master} (metadata server {meta}): "
+                f"no answer within {limit:.1f} s\n"
+            )
+            try:
+                os.write(quiet.saved if quiet.saved is not None else 2, message.encode())
+            finally:
+                os._exit(1)
+
+        timer = threading.Timer(limit, fire)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if self.fast_exit:
+            client.close_for_exit()
+            # Keep the object alive until os._exit: Client.__del__ frees the handle, and
+            # freeing runs the full Mooncake teardown that close_for_exit skipped.
+            self._exiting_client = client
+        else:
+            client.close()
+
+
+class _quiet_stderr:
+    """Send fd 2 to /dev/null for a moment, so that native libraries cannot print there."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.saved: int | None = None
+
+    def __enter__(self) -> _quiet_stderr:
+        if not self.enabled:
+            return self
+        try:
+            sys.stderr.flush()
+            self.saved = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            self.saved = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            os.dup2(self.saved, 2)
+            os.close(self.saved)
+            self.saved = None
+
+
+def _fill_in_addresses(d: dict[str, Any]) -> None:
+    """Derive a missing master or metadata address from the other one (Mooncake's ports)."""
+    master = d.get("master_server_addr")
+    meta = d.get("metadata_server")
+    if master and not meta:
+        host = _host_of(str(master))
+        d["metadata_server"] = f"http://{host}:{DEFAULT_METADATA_PORT}/metadata"
+    elif meta and not master:
+        parsed = urllib.parse.urlparse(str(meta))
+        if parsed.scheme == "http" and parsed.hostname:
+            host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+            d["master_server_addr"] = f"{host}:{DEFAULT_MASTER_PORT}"
+
+
+def _host_of(addr: str) -> str:
+    if addr.startswith("["):
+        return addr[: addr.find("]") + 1]
+    return addr.rsplit(":", 1)[0] if addr.count(":") == 1 else addr
+
+
+def _load_config_option(value: str) -> dict[str, Any]:
+    """The adapter JSON of --config: inline JSON, or a file holding it; object or list."""
+    from mooncake_cffi.config import ADAPTER_TYPE, StoreConfig
+
+    text = value
+    source = "--config"
+    stripped = value.lstrip()
+    if not stripped.startswith(("{", "[")):
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise click.BadParameter(
+                f"{value!r} is neither JSON nor an existing file", param_hint="'--config'"
+            )
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot read {path}: {exc}", param_hint="'--config'"
+            ) from None
+        source = str(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"invalid JSON in {source}: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            param_hint="'--config'",
+        ) from None
+    if isinstance(data, list):
+        # A list of --l2-adapter specs: take the first mooncake_store one.
+        for item in data:
+            if isinstance(item, dict) and item.get("type") == ADAPTER_TYPE:
+                data = item
+                break
+        else:
+            raise click.BadParameter(
+                f"no adapter of type {ADAPTER_TYPE!r} in the list in {source}",
+                param_hint="'--config'",
+            )
+    if not isinstance(data, dict):
+        raise click.BadParameter(
+            f"{source} must hold a JSON object (or a list of them), not {type(data).__name__}",
+            param_hint="'--config'",
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # warned once, when the final config is built
+        try:
+            config = StoreConfig.from_dict(data)
+        except ValueError as exc:
+            raise click.BadParameter(f"{source}: {exc}", param_hint="'--config'") from None
+    out = config.to_dict()
+    return out
+
+
+# -- shared options ------------------------------------------------------------------------
+
+
+def _settings(ctx: click.Context) -> Settings:
+    return ctx.ensure_object(Settings)
+
+
+def _store(attr: str, convert: Callable[[Any], Any] | None = None) -> Callable[..., None]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is None:  # not given here: keep what an outer level said
+            return
+        setattr(_settings(ctx), attr, convert(value) if convert else value)
+
+    return callback
+
+
+def _add_verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    if value:
+        _settings(ctx).verbose += value
+
+
+def connection_options(top_level: bool) -> Callable[[F], F]:
+    """--master, --metadata-server, --protocol, --hostname, --config, --connect-timeout and
+    --state-dir; read from ``MCL2_*`` environment variables at the top level only."""
+
+    def env(name: str) -> str | None:
+        return f"MCL2_{name}" if top_level else None
+
+    options = [
+        click.option(
+            "--master",
+            metavar="HOST:PORT",
+            envvar=env("MASTER"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("master"),
+            help="Address of mooncake_master's RPC service (Mooncake's master_server_addr).",
+        ),
+        click.option(
+            "--metadata-server",
+            metavar="URL",
+            envvar=env("METADATA_SERVER"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("metadata_server"),
+            help="Metadata server, e.g. http://HOST:8080/metadata (default: the master's "
+            "host, port 8080).",
+        ),
+        click.option(
+            "--protocol",
+            type=click.Choice(["tcp", "rdma"], case_sensitive=False),
+            envvar=env("PROTOCOL"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("protocol", str.lower),
+            help="Transfer protocol (default tcp).",
+        ),
+        click.option(
+            "--hostname",
+            metavar="HOST",
+            envvar=env("HOSTNAME"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("hostname"),
+            help="Address this client registers as (local_hostname; default 127.0.0.1). "
+            "No port: Mooncake picks one.",
+        ),
+        click.option(
+            "--config",
+            "config",
+            metavar="JSON|FILE",
+            envvar=env("CONFIG"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("config"),
+            help="LMCache's --l2-adapter JSON for mooncake_store, inline or in a file; the "
+            "options above override its keys.",
+        ),
+        click.option(
+            "--connect-timeout",
+            metavar="SECONDS",
+            type=click.FloatRange(min=0.1, max=60),
+            envvar=env("CONNECT_TIMEOUT"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("connect_timeout"),
+            help=f"Give up on an unreachable master after this long (default "
+            f"{DEFAULT_CONNECT_TIMEOUT:g}).",
+        ),
+        state_dir_option(top_level),
+    ]
+    return _stack(options)
+
+
+def state_dir_option(top_level: bool) -> Callable[[F], F]:
+    """--state-dir (``MCL2_STATE_DIR`` at the top level only)."""
+    return click.option(
+        "--state-dir",
+        metavar="DIR",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="MCL2_STATE_DIR" if top_level else None,
+        show_envvar=top_level,
+        expose_value=False,
+        callback=_store("state_dir"),
+        help="Where `mcl2 cluster` keeps the local cluster's state "
+        "(default $XDG_STATE_HOME/mcl2 or ~/.local/state/mcl2).",
+    )
+
+
+def output_options(json_help: str | None = None) -> Callable[[F], F]:
+    """-v/--verbose (counted), -q/--quiet and, where it means something, --json."""
+    options = [
+        click.option(
+            "-v",
+            "--verbose",
+            count=True,
+            expose_value=False,
+            callback=_add_verbose,
+            help="Say more; -v shows Mooncake's errors, -vv all its log lines.",
+        ),
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            default=None,
+            expose_value=False,
+            callback=_store("quiet"),
+            help="Print only results and errors.",
+        ),
+    ]
+    if json_help is not None:
+        options.append(
+            click.option(
+                "--json",
+                "json_",
+                is_flag=True,
+                default=None,
+                expose_value=False,
+                callback=_store("json"),
+                help=json_help,
+            )
+        )
+    return _stack(options)
+
+
+def _stack(options: list[Callable[[F], F]]) -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+pass_settings = click.make_pass_decorator(Settings, ensure=True)

@@ -1,0 +1,61 @@
+"""Exit statuses of mcl2 and the exceptions that carry them.
+
+Every failure a user can cause or meet is a :class:`click.ClickException` subclass, so click
+prints ``Error: <message>`` on stderr and exits with the status below; no traceback, no bare
+``-1``.  Mooncake failures keep their error name (``NO_AVAILABLE_HANDLE``...) in the message.
+"""
+
+from __future__ import annotations
+
+import click
+
+#: Everything asked for was done.
+EXIT_OK = 0
+#: A failure: unreachable cluster, a Mooncake error, an unreadable file, a leased key...
+EXIT_ERROR = 1
+#: Bad usage: unknown option, missing argument, invalid option value (click's own code).
+EXIT_USAGE = 2
+#: A key asked for does not exist (get, exists, stat; rm with --strict).
+EXIT_NOT_FOUND = 3
+
+
+class CliError(click.ClickException):
+    """A failure reported as ``Error: <message>``, exit status 1."""
+
+    exit_code = EXIT_ERROR
+
+
+class NoClusterError(CliError):
+    """No connection options were given and no local cluster is running."""
+
+
+class StoreError(CliError):
+    """A Mooncake operation failed; the message names the error code."""
+
+    @classmethod
+    def wrap(cls, exc: BaseException, doing: str = "") -> StoreError:
+        name = getattr(exc, "name", None)
+        code = getattr(exc, "code", None)
+        detail = getattr(exc, "message", None) or str(exc)
+        head = f"{name} ({code})" if name is not None else type(exc).__name__
+        prefix = f"{doing}: " if doing else ""
+        return cls(f"{prefix}{head}: {detail}{_hint(name)}")
+
+
+class KeyNotFound(click.ClickException):
+    """A key asked for does not exist: exit status 3."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
+def _hint(name: str | None) -> str:
+    if name == "NO_AVAILABLE_HANDLE":
+        return (
+            " (the cluster's memory segments are full: remove keys, or give the storage node "
+            "a larger segment, e.g. `mcl2 cluster up --segment-size 4GB`)"
+        )
+    if name == "OBJECT_HAS_LEASE":
+        return " (the key was read in the last ~10 s; retry later or use --force)"
+    if name == "MCS_E_UNREACHABLE":
+        return " (is the cluster running? `mcl2 cluster status` checks the local one)"
+    return ""
