@@ -22,6 +22,7 @@ from . import _binding
 from ._binding import ffi, lib
 from .config import StoreConfig
 from .errors import (
+    NO_AVAILABLE_HANDLE,
     OBJECT_NOT_FOUND,
     ClosedError,
     InvalidArgumentError,
@@ -495,12 +496,33 @@ class Client:
         # 0, or a Mooncake code for a per-key failure: the results say which keys
         return rc, results
 
-    @staticmethod
-    def _raise_key_errors(keys: Sequence[Any], results: Sequence[int], allow: Iterable[int]):
+    def _raise_key_errors(
+        self,
+        keys: Sequence[Any],
+        results: Sequence[int],
+        allow: Iterable[int],
+        sizes: Sequence[int] | None = None,
+    ) -> None:
         allowed = set(allow)
-        for k, r in zip(keys, results):
+        for i, (k, r) in enumerate(zip(keys, results)):
             if r < 0 and r not in allowed:
-                raise error_for(r, f"key {k!r}: {_binding.strerror(r)}", results)
+                msg = f"key {k!r}: {_binding.strerror(r)}"
+                if r == NO_AVAILABLE_HANDLE and sizes is not None:
+                    gss = self.config.setup_config.get("global_segment_size", "16 MiB (default)")
+                    msg = (
+                        f"key {k!r}: no space for {sizes[i]} bytes in the cluster's memory "
+                        f"segments (this client contributes global_segment_size={gss}); the "
+                        "value is larger than the free space of any segment: remove keys or "
+                        "add storage"
+                    )
+                raise error_for(r, msg, results)
+
+    @staticmethod
+    def _nbytes(value: Any) -> int:
+        try:
+            return memoryview(value).nbytes
+        except TypeError:
+            return -1
 
     # ---------------------------------------------------------- single key
 
@@ -512,20 +534,20 @@ class Client:
         :meth:`put_if_absent` to learn which happened.
         """
         _, results = self._run(_OP_PUT, [key], [value], replicate_config=replicate_config)
-        self._raise_key_errors([key], results, ())
+        self._raise_key_errors([key], results, (), [self._nbytes(value)])
 
     def put_if_absent(self, key: str | bytes, value: Any, *, replicate_config: Any = None) -> bool:
         """Store ``value`` unless ``key`` exists; True if written, False if it existed."""
         _, results = self._run(
             _OP_PUT, [key], [value], flags=_FLAG_SKIP_EXISTING, replicate_config=replicate_config
         )
-        self._raise_key_errors([key], results, ())
+        self._raise_key_errors([key], results, (), [self._nbytes(value)])
         return results[0] != EXISTED
 
     def upsert(self, key: str | bytes, value: Any, *, replicate_config: Any = None) -> None:
         """Store ``value`` under ``key``, replacing any existing value."""
         _, results = self._run(_OP_UPSERT, [key], [value], replicate_config=replicate_config)
-        self._raise_key_errors([key], results, ())
+        self._raise_key_errors([key], results, (), [self._nbytes(value)])
 
     def get(self, key: str | bytes) -> bytes | None:
         """The value of ``key``, or None if it does not exist."""
