@@ -16,6 +16,8 @@ The configuration is the JSON/dict LMCache's ``mooncake_store`` L2 adapter takes
 """
 
 from ._version import __version__
+from .aio import AsyncClient  # noqa: E402
+from .client import EXISTED, LANES, Client, Completion, set_log_level  # noqa: E402
 from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs
 from .errors import (
     ClosedError,
@@ -31,8 +33,6 @@ from .errors import (
     TransportError,
     error_name,
 )
-from .client import EXISTED, LANES, Client, Completion, set_log_level  # noqa: E402
-from .aio import AsyncClient  # noqa: E402
 
 __all__ = [
     "__version__",

@@ -64,7 +64,9 @@ class AsyncClient:
         if self._progress is not None:
             self._progress.set()
 
-    async def submit(self, op: str, keys: Sequence[Any], buffers: Any = None, **kw: Any) -> Completion:
+    async def submit(
+        self, op: str, keys: Sequence[Any], buffers: Any = None, **kw: Any
+    ) -> Completion:
         """Submit a batch (see :meth:`Client.submit`) and await its completion."""
         loop = self._attach()
         while True:
@@ -127,7 +129,10 @@ class AsyncClient:
         return out
 
     async def get_into(
-        self, keys: Sequence[str | bytes], buffers: Sequence[Any], sizes: Sequence[int] | None = None
+        self,
+        keys: Sequence[str | bytes],
+        buffers: Sequence[Any],
+        sizes: Sequence[int] | None = None,
     ) -> list[int]:
         """Read into writable buffers; per key bytes read or a negative code."""
         return (await self.submit("get", keys, buffers, sizes=sizes)).results

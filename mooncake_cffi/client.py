@@ -316,8 +316,8 @@ class Client:
         try:
             from mooncake.store import ReplicateConfig
 
-            self._default_rc = replicate_config if replicate_config is not None else (
-                ReplicateConfig()
+            self._default_rc = (
+                replicate_config if replicate_config is not None else (ReplicateConfig())
             )
             check(
                 lib.mcs_client_set_default_replicate_config(
@@ -685,7 +685,10 @@ class Client:
         return results
 
     def get_into(
-        self, keys: Sequence[str | bytes], buffers: Sequence[Any], sizes: Sequence[int] | None = None
+        self,
+        keys: Sequence[str | bytes],
+        buffers: Sequence[Any],
+        sizes: Sequence[int] | None = None,
     ) -> list[int]:
         """Read values into writable buffers without copying.
 
@@ -694,9 +697,7 @@ class Client:
         buffer is smaller than the value.
         """
         keys = _as_list(keys)
-        _, results = self._run(
-            _OP_GET, keys, _as_list(buffers, "buffers"), sizes, writable=True
-        )
+        _, results = self._run(_OP_GET, keys, _as_list(buffers, "buffers"), sizes, writable=True)
         return results
 
     # ---------------------------------------------------------- async core

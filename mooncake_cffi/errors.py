@@ -123,9 +123,7 @@ def error_name(code: int) -> str:
     return _binding.error_name(int(code))
 
 
-def error_for(
-    code: int, message: str = "", results: Sequence[int] | None = None
-) -> MooncakeError:
+def error_for(code: int, message: str = "", results: Sequence[int] | None = None) -> MooncakeError:
     """The exception instance for a status code."""
     return _BY_CODE.get(int(code), MooncakeError)(code, message, results)
 

@@ -40,8 +40,16 @@ def test_integration_suite_under_address_sanitizer():
         MOONCAKE_CFFI_SHIM=str(shim),
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(REPO / "tests" / "test_client.py"), str(REPO / "tests" / "test_capi.py")],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(REPO / "tests" / "test_client.py"),
+            str(REPO / "tests" / "test_capi.py"),
+        ],
         cwd="/",  # keep the source tree off sys.path: test the installed package
         env=env | {"PYTHONPATH": ""},
         capture_output=True,

@@ -119,23 +119,95 @@ def test_misuse_table(raw):
     OP = lib
 
     cases = [
-        ("run NULL handle", lambda: lib.mcs_run(NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_HANDLE),
-        ("run bogus handle", lambda: lib.mcs_run(ffi.cast("mcs_client *", 0x1234), 0, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_HANDLE),
-        ("n == 0", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 0, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
-        ("keys NULL", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, NULL, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
-        ("a NULL key", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, knull, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
-        ("empty key", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kempty, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
-        ("duplicate keys", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kdup, 2, NULL, NULL, _res(2), 0, NULL), E_DUPLICATE_KEY),
-        ("results NULL", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, NULL, 0, NULL), E_INVALID_ARG),
-        ("unknown op", lambda: lib.mcs_run(raw, 99, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
-        ("negative op", lambda: lib.mcs_run(raw, -1, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
-        ("unknown flags", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 1 << 10, NULL), E_INVALID_ARG),
-        ("get without bufs", lambda: lib.mcs_run(raw, OP.MCS_OP_GET, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
-        ("exists with bufs", lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, bufs, sizes, _res(1), 0, NULL), E_INVALID_ARG),
-        ("put NULL buffer", lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, nullbufs, sizes, _res(1), 0, NULL), E_INVALID_ARG),
-        ("put zero size", lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, zero, _res(1), 0, NULL), E_INVALID_ARG),
-        ("put without config", lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, sizes, _res(1), 0, NULL), E_INVALID_ARG),
-        ("submit id_out NULL", lambda: lib.mcs_submit(raw, NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL), E_INVALID_ARG),
+        (
+            "run NULL handle",
+            lambda: lib.mcs_run(NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_HANDLE,
+        ),
+        (
+            "run bogus handle",
+            lambda: lib.mcs_run(
+                ffi.cast("mcs_client *", 0x1234), 0, k1, 1, NULL, NULL, _res(1), 0, NULL
+            ),
+            E_INVALID_HANDLE,
+        ),
+        (
+            "n == 0",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 0, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "keys NULL",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, NULL, 1, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "a NULL key",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, knull, 1, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "empty key",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kempty, 1, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "duplicate keys",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kdup, 2, NULL, NULL, _res(2), 0, NULL),
+            E_DUPLICATE_KEY,
+        ),
+        (
+            "results NULL",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, NULL, 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "unknown op",
+            lambda: lib.mcs_run(raw, 99, k1, 1, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "negative op",
+            lambda: lib.mcs_run(raw, -1, k1, 1, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "unknown flags",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 1 << 10, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "get without bufs",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_GET, k1, 1, NULL, NULL, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "exists with bufs",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, bufs, sizes, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "put NULL buffer",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, nullbufs, sizes, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "put zero size",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, zero, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "put without config",
+            lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, sizes, _res(1), 0, NULL),
+            E_INVALID_ARG,
+        ),
+        (
+            "submit id_out NULL",
+            lambda: lib.mcs_submit(
+                raw, NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL
+            ),
+            E_INVALID_ARG,
+        ),
         ("drain out NULL", lambda: lib.mcs_drain(raw, NULL, 4), E_INVALID_ARG),
         ("drain NULL handle", lambda: lib.mcs_drain(NULL, comp, 4), E_INVALID_HANDLE),
         ("stats bad lane", lambda: lib.mcs_client_lane_stats(raw, 7, st), E_INVALID_ARG),
@@ -143,12 +215,24 @@ def test_misuse_table(raw):
         ("fd out NULL", lambda: lib.mcs_client_fd(raw, NULL), E_INVALID_ARG),
         ("register NULL", lambda: lib.mcs_client_register_l1(raw, NULL, 100, 0), E_INVALID_ARG),
         ("register size 0", lambda: lib.mcs_client_register_l1(raw, buf, 0, 0), E_INVALID_ARG),
-        ("default config NULL", lambda: lib.mcs_client_set_default_replicate_config(raw, NULL), E_INVALID_ARG),
+        (
+            "default config NULL",
+            lambda: lib.mcs_client_set_default_replicate_config(raw, NULL),
+            E_INVALID_ARG,
+        ),
         ("hostname NULL buf", lambda: lib.mcs_client_hostname(raw, NULL, 10), E_INVALID_ARG),
         ("close NULL", lambda: lib.mcs_client_close(NULL), E_INVALID_HANDLE),
         ("log level 9", lambda: lib.mcs_set_log_level(9), E_INVALID_ARG),
-        ("create out NULL", lambda: lib.mcs_client_create(NULL, NULL, NULL, 0, NULL, 0), E_INVALID_ARG),
-        ("create keys NULL", lambda: lib.mcs_client_create(ffi.new("mcs_client **"), NULL, NULL, 2, NULL, 0), E_INVALID_ARG),
+        (
+            "create out NULL",
+            lambda: lib.mcs_client_create(NULL, NULL, NULL, 0, NULL, 0),
+            E_INVALID_ARG,
+        ),
+        (
+            "create keys NULL",
+            lambda: lib.mcs_client_create(ffi.new("mcs_client **"), NULL, NULL, 2, NULL, 0),
+            E_INVALID_ARG,
+        ),
     ]
     for name, call, expected in cases:
         rc = call()
@@ -194,7 +278,9 @@ def test_calls_after_close_double_close_and_after_free(cluster):
     assert lib.mcs_wait(h, -1) == E_CLOSED  # never blocks on a closed client
     lib.mcs_client_free(h)
     lib.mcs_client_free(h)  # double free: a no-op
-    assert lib.mcs_run(h, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL) == E_INVALID_HANDLE
+    assert (
+        lib.mcs_run(h, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL) == E_INVALID_HANDLE
+    )
     assert lib.mcs_client_close(h) == E_INVALID_HANDLE
 
 

@@ -152,7 +152,12 @@ def test_readonly_buffer_is_refused_for_get_into(client):
 
 @pytest.mark.parametrize(
     "per_op",
-    [None, {"lookup": 1}, {"store": 2, "retrieve": 1}, {"lookup": 1, "retrieve": 1, "store": 1, "delete": 1}],
+    [
+        None,
+        {"lookup": 1},
+        {"store": 2, "retrieve": 1},
+        {"lookup": 1, "retrieve": 1, "store": 1, "delete": 1},
+    ],
 )
 def test_partial_lane_layouts_route_each_op_to_its_lane(cluster, per_op):
     cfg = cluster.client_config(num_workers=3)

@@ -57,8 +57,14 @@ def test_storage_node_killed_during_a_batch(make_cluster):
         assert time.monotonic() - t0 < 10
         assert all(r < 0 for r in results), results
         assert {mc.error_name(r) for r in results} <= {
-            "TRANSFER_FAIL", "NO_AVAILABLE_HANDLE", "RPC_FAIL", "SEGMENT_NOT_FOUND",
-            "INTERNAL_ERROR", "REPLICA_IS_NOT_READY", "INVALID_REPLICA", "WRITE_FAIL",
+            "TRANSFER_FAIL",
+            "NO_AVAILABLE_HANDLE",
+            "RPC_FAIL",
+            "SEGMENT_NOT_FOUND",
+            "INTERNAL_ERROR",
+            "REPLICA_IS_NOT_READY",
+            "INVALID_REPLICA",
+            "WRITE_FAIL",
         }
         # reads of data that lived on the dead node fail per key, no crash
         got = client.get_into(keys[:2], [bytearray(MiB), bytearray(MiB)])
@@ -85,7 +91,10 @@ def test_master_killed_calls_fail_within_5s_and_restarted_master_serves(make_clu
             call()
         assert time.monotonic() - t0 < 5.0, info.value
         assert isinstance(info.value, mc.TransportError) or info.value.name in (
-            "RPC_FAIL", "RPC_TIMEOUT", "INTERNAL_ERROR", "TRANSFER_FAIL",
+            "RPC_FAIL",
+            "RPC_TIMEOUT",
+            "INTERNAL_ERROR",
+            "TRANSFER_FAIL",
         ), info.value
     t0 = time.monotonic()
     client.close()
@@ -234,7 +243,7 @@ def test_integrity_under_mixed_load(cluster, capsys):
                         errors.append(f"{key} exists after remove")
                     local["remove"] += 1
             # finally every acknowledged write must still be there, intact
-            for key, (size, digest) in model.items():
+            for key, (_size, digest) in model.items():
                 got = client.get(key)
                 if got is None or hashlib.sha256(got).hexdigest() != digest:
                     errors.append(f"acknowledged write {key} lost or corrupted")

@@ -17,19 +17,37 @@ from hypothesis import strategies as st
 import mooncake_cffi as mc
 from mooncake_cffi import Client, StoreConfig
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+)
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
     max_leaves=10,
 )
 config_keys = st.sampled_from(
-    ["type", "num_workers", "per_op_workers", "eviction", "local_hostname", "protocol",
-     "master_server_addr", "master_server_address", "metadata_server", "global_segment_size"]
+    [
+        "type",
+        "num_workers",
+        "per_op_workers",
+        "eviction",
+        "local_hostname",
+        "protocol",
+        "master_server_addr",
+        "master_server_address",
+        "metadata_server",
+        "global_segment_size",
+    ]
 ) | st.text(max_size=15)
 lane_dicts = st.dictionaries(
     st.sampled_from(["lookup", "retrieve", "store", "delete", "load", ""]) | st.text(max_size=8),
-    st.integers(-3, 8) | st.booleans() | st.text(max_size=3) | st.none() | st.floats(allow_nan=False),
+    st.integers(-3, 8)
+    | st.booleans()
+    | st.text(max_size=3)
+    | st.none()
+    | st.floats(allow_nan=False),
     max_size=5,
 )
 
@@ -117,7 +135,13 @@ def test_any_key_round_trips_or_gets_a_clear_error(key_client, key):
 
 
 def test_config_round_trips_through_json():
-    d = {"type": "mooncake_store", "num_workers": 2, "per_op_workers": {"store": 2},
-         "local_hostname": "h", "metadata_server": "http://m/metadata", "protocol": "tcp"}
+    d = {
+        "type": "mooncake_store",
+        "num_workers": 2,
+        "per_op_workers": {"store": 2},
+        "local_hostname": "h",
+        "metadata_server": "http://m/metadata",
+        "protocol": "tcp",
+    }
     cfg = StoreConfig.from_json(json.dumps(d))
     assert StoreConfig.from_dict(cfg.to_dict()) == cfg
