@@ -45,6 +45,7 @@ _FLAG_FORCE = 1
 _FLAG_SKIP_EXISTING = 2
 _INVALID_PARAMS = -600
 _NULL = ffi.NULL
+_SCRATCH_BYTES = 256 * 1024
 
 
 def set_log_level(level: int) -> None:
@@ -230,6 +231,7 @@ class Client:
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
         self._closed = False
+        self._tls = threading.local()
         if isinstance(config, StoreConfig):
             cfg = config
         elif isinstance(config, str):
@@ -549,13 +551,61 @@ class Client:
         _, results = self._run(_OP_UPSERT, [key], [value], replicate_config=replicate_config)
         self._raise_key_errors([key], results, (), [self._nbytes(value)])
 
+    def _single(self, op: int, key: Any, flags: int = 0, buf: Any = _NULL, size: Any = _NULL):
+        """One key, no batch bookkeeping: the small-operation fast path."""
+        res = ffi.new("int64_t[1]")
+        rc = lib.mcs_run(
+            self._h(),
+            op,
+            [ffi.new("char[]", _encode_key(key, 0))],
+            1,
+            buf,
+            size,
+            res,
+            flags,
+            _NULL,
+        )
+        if rc <= -10000:
+            raise error_for(rc, _binding.last_error())
+        return res[0]
+
+    def _scratch(self) -> tuple[Any, Any, Any]:
+        """This thread's reusable read buffer (pointer array, size array, cdata)."""
+        local = self._tls
+        try:
+            return local.scratch
+        except AttributeError:
+            data = ffi.new("char[]", _SCRATCH_BYTES)
+            local.scratch = (
+                ffi.new("void *[1]", [data]),
+                ffi.new("uint64_t[1]", [_SCRATCH_BYTES]),
+                data,
+            )
+            return local.scratch
+
     def get(self, key: str | bytes) -> bytes | None:
-        """The value of ``key``, or None if it does not exist."""
+        """The value of ``key``, or None if it does not exist.
+
+        Values up to 256 KiB are read in one round trip through a per-thread
+        scratch buffer; larger ones are sized first, then read.
+        """
+        if self._l1_cdata is None:
+            bufs, sizes, data = self._scratch()
+            r = self._single(_OP_GET, key, 0, bufs, sizes)
+            if r >= 0:
+                return ffi.buffer(data, r)[:]
+            if r == OBJECT_NOT_FOUND:
+                return None
+            if r != _INVALID_PARAMS:  # anything but "buffer too small"
+                raise error_for(r, f"key {key!r}: {_binding.strerror(r)}")
         return self.batch_get([key])[0]
 
     def exists(self, key: str | bytes) -> bool:
         """True if ``key`` exists (this also renews its read lease)."""
-        return self.batch_exists([key])[0]
+        r = self._single(_OP_EXISTS, key)
+        if r < 0:
+            raise error_for(r, f"key {key!r}: {_binding.strerror(r)}")
+        return r == 1
 
     def remove(self, key: str | bytes, force: bool = False) -> bool:
         """Remove ``key``; True if removed, False if it was already absent.
