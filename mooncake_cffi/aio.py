@@ -96,8 +96,21 @@ class AsyncClient:
         _raise_key_errors(keys, comp.results, ())
         return [r == 1 for r in comp.results]
 
-    async def get(self, key: str | bytes) -> bytes | None:
-        """The value of ``key``, or None if it does not exist."""
+    async def get(self, key: str | bytes, size_hint: int = 16384) -> bytes | None:
+        """The value of ``key``, or None if it does not exist.
+
+        A value of at most ``size_hint`` bytes is read in one round trip; a larger
+        one is sized first, then read.
+        """
+        if size_hint > 0:
+            buf = bytearray(size_hint)
+            r = (await self.submit("get", [key], [buf])).results[0]
+            if r >= 0:
+                return bytes(memoryview(buf)[:r])
+            if r == OBJECT_NOT_FOUND:
+                return None
+            if r != _INVALID_PARAMS:
+                raise error_for(r, f"key {key!r}")
         return (await self.batch_get([key]))[0]
 
     async def batch_get(self, keys: Sequence[str | bytes]) -> list[bytes | None]:
