@@ -33,7 +33,7 @@ STDIN = "-"
 def read_lines(source: str) -> Iterator[str]:
     """Non-empty lines of a file, or of stdin for ``-``, without their line ending."""
     if source == STDIN:
-        stream: IO[bytes] = click.get_binary_stream("stdin")
+        stream: IO[bytes] = sys.stdin.buffer
         close = False
     else:
         try:

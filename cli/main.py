@@ -272,7 +272,7 @@ def _source_sizes(items: Sequence[tuple[str, str]]) -> list[int]:
 
 def _read_source(source: str) -> bytes:
     if source == STDIN:
-        return click.get_binary_stream("stdin").read()
+        return sys.stdin.buffer.read()
     with open(source, "rb") as fh:
         return fh.read()
 
@@ -439,7 +439,7 @@ def _get_one(settings: Settings, key: str, output: str | None) -> None:
             settings.emit_json({key: {"status": "missing"}})
         raise KeyNotFound(f"key {key!r} not found")
     if output is None or output == STDIN:
-        out = click.get_binary_stream("stdout")
+        out = sys.stdout.buffer
         out.write(value)
         out.flush()
         return
@@ -515,7 +515,7 @@ def exists(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> 
     if settings.json:
         settings.emit_json(found)
     elif not settings.quiet:
-        out = click.get_text_stream("stdout")
+        out = sys.stdout
         for key, present in found.items():
             out.write(f"{key}\t{'true' if present else 'false'}\n")
         out.flush()
