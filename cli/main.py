@@ -444,7 +444,7 @@ def _get_one(settings: Settings, key: str, output: str | None) -> None:
         out.flush()
         return
     write_file(Path(output), value)
-    settings.info(f"{key}: wrote {human_bytes(len(value))} to {output}")
+    settings.debug(f"{key}: wrote {human_bytes(len(value))} to {output}")
     if settings.json:
         settings.emit_json({key: {"status": "written", "bytes": len(value), "path": output}})
 
