@@ -64,6 +64,8 @@ class Settings:
     _client: Any = field(default=None, repr=False)
     _where: str = field(default="", repr=False)
     _exiting_client: Any = field(default=None, repr=False)
+    #: True once the client config came from the local cluster's state directory.
+    uses_local_cluster: bool = False
 
     # -- output -----------------------------------------------------------------------------
 
@@ -144,6 +146,7 @@ class Settings:
                 "or give --master/--metadata-server/--config"
             )
         self._where = f"the local cluster in {state_dir}"
+        self.uses_local_cluster = True
         return local.client_config()
 
     # -- the client ---------------------------------------------------------------------------

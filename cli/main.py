@@ -57,6 +57,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 # Mooncake status codes the commands branch on (mooncake_cffi.errors has the same values).
 OBJECT_NOT_FOUND = -704
 OBJECT_HAS_LEASE = -706
+NO_AVAILABLE_HANDLE = -200
 LEASE_MESSAGE = (
     "has a read lease (OBJECT_HAS_LEASE): it was read in the last ~10 s; retry later or use --force"
 )
@@ -154,13 +155,13 @@ class KeyReport:
         else:
             self.extra_lines += 1
 
-    def error(self, key: str, code: int, doing: str) -> None:
+    def error(self, key: str, code: int, doing: str, detail: str = "") -> None:
         from mooncake_cffi import error_name
 
         name = error_name(code)
         self.failed += 1
         self.add(key, "error", error=name, code=code)
-        self.problem(f"{key}: {doing} failed: {name} ({code})")
+        self.problem(f"{key}: {doing} failed: {name} ({code}){detail}")
 
     def flush_problems(self) -> None:
         for line in self.lines:
@@ -363,6 +364,8 @@ def put(
                     kept += 1
                     report.add(key, "exists", bytes=len(value))
                     report.problem(f"{key}: exists, kept (use --overwrite to replace)")
+                elif status == NO_AVAILABLE_HANDLE:
+                    report.error(key, status, "put", no_space_hint(settings, len(value)))
                 else:
                     report.error(key, status, "put")
             progress.advance(len(keys))
@@ -381,6 +384,27 @@ def put(
                 summary += f", {report.failed} failed"
             settings.info(summary)
     report.finish()
+
+
+def no_space_hint(settings: Settings, size: int) -> str:
+    """Why NO_AVAILABLE_HANDLE, with the segment sizes of the local cluster when it is used."""
+    hint = f": the cluster's memory segments have no room for this {human_bytes(size)} value"
+    memory = None
+    if settings.uses_local_cluster:
+        try:
+            local = _load_local(settings)
+            memory = local.status().get("memory") if local is not None else None
+        except Exception:
+            memory = None
+    if memory and memory.get("total_bytes"):
+        hint += (
+            f" (local cluster: {human_bytes(memory.get('used_bytes'))} used of "
+            f"{human_bytes(memory['total_bytes'])}); remove keys, or restart it with a larger "
+            "`mcl2 cluster up --segment-size`"
+        )
+    else:
+        hint += "; remove keys, or give the storage nodes larger segments"
+    return hint
 
 
 # -- get ---------------------------------------------------------------------------------
