@@ -370,3 +370,36 @@ def banner(name: str, args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     return info
+
+
+def thread_cpu(pid: int | None = None) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every thread of ``pid`` (default: this process)."""
+    pid = os.getpid() if pid is None else pid
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        comm = raw[raw.find("(") + 1 : raw.rfind(")")]
+        fields = raw[raw.rfind(")") + 2 :].split()
+        out[int(tid)] = (comm, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def busiest_threads(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], top: int = 6
+) -> list[tuple[int, str, float]]:
+    """(tid, name, CPU seconds) of the threads that used the most CPU between two snapshots."""
+    used = []
+    for tid, (comm, cpu) in after.items():
+        d = cpu - before.get(tid, (comm, 0.0))[1]
+        if d > 0:
+            used.append((tid, comm, round(d, 3)))
+    used.sort(key=lambda x: -x[2])
+    return used[:top]

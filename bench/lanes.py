@@ -49,7 +49,8 @@ from _common import (
     write_json,
 )
 
-CONFIGS = ("pool", "lanes", "floor")
+CONFIGS: tuple[str, ...] = ("pool", "lanes", "floor")
+OURS = ("pool", "lanes")
 LANE_CFG = {"lookup": 1, "retrieve": 1, "store": 2}
 
 
@@ -130,8 +131,18 @@ def main() -> None:
     p.add_argument("--value-size", type=int, default=MiB, help="bytes per value")
     p.add_argument("--lookup-keys", type=int, default=4, help="keys per lookup")
     p.add_argument("--load-keys", type=int, default=4, help="keys per load")
+    p.add_argument(
+        "--tile-bytes",
+        type=int,
+        default=4 * MiB,
+        help="also run 'lanes+tiles': the lanes config with tile_bytes=N (0: skip)",
+    )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args()
+    global CONFIGS, OURS
+    if args.tile_bytes:
+        CONFIGS = ("pool", "lanes", "lanes+tiles", "floor")
+        OURS = ("pool", "lanes", "lanes+tiles")
     if args.quick:
         args.rounds, args.warmup = 12, 2
     info = banner("lanes", args)
@@ -147,7 +158,7 @@ def main() -> None:
         c: {"lookup": [], "load": [], "store": []} for c in CONFIGS
     }
     store_phase: dict[str, list[float]] = {c: [] for c in CONFIGS}
-    depth: dict[str, list[tuple[int, int, int, int]]] = {c: [] for c in CONFIGS[:2]}
+    depth: dict[str, list[tuple[int, int, int, int]]] = {c: [] for c in OURS}
     errors: dict[str, int] = {c: 0 for c in CONFIGS}
 
     with cluster(args.segment) as local:
@@ -155,6 +166,10 @@ def main() -> None:
             "pool": our_client(local, num_workers=4),
             "lanes": our_client(local, num_workers=4, per_op_workers=LANE_CFG),
         }
+        if args.tile_bytes:
+            clients["lanes+tiles"] = our_client(
+                local, num_workers=4, per_op_workers=LANE_CFG, tile_bytes=args.tile_bytes
+            )
         theirs = their_store(local)
         for a in [src, *dst.values()]:
             rc = theirs.register_buffer(a.base, a.n * a.size)
@@ -200,8 +215,8 @@ def main() -> None:
                 for b, bk in enumerate(batches):
                     ids.append(c.submit("put", bk, src.views(nk, b * nk)))
                 st = c.stats()
-                look_lane = "lookup" if cfg == "lanes" else "shared"
-                store_lane = "store" if cfg == "lanes" else "shared"
+                look_lane = "shared" if cfg == "pool" else "lookup"
+                store_lane = "shared" if cfg == "pool" else "store"
                 depth[cfg].append(
                     (
                         int(st[look_lane]["running"]),
@@ -231,7 +246,8 @@ def main() -> None:
         total = args.warmup + args.rounds
         t_run = pc()
         for r in range(total):
-            order = CONFIGS[r % 3 :] + CONFIGS[: r % 3]  # rotate who goes first
+            k = r % len(CONFIGS)
+            order = CONFIGS[k:] + CONFIGS[:k]  # rotate who goes first
             for cfg in order:
                 one_round(cfg, r, measured=r >= args.warmup)
             if r % 50 == 49:
@@ -291,34 +307,25 @@ def main() -> None:
         f"lookup {args.lookup_keys} keys, load {args.load_keys} x {vs // 1024} KiB",
     )
 
-    lp, ll, lf = summ["pool"]["lookup"], summ["lanes"]["lookup"], summ["floor"]["lookup"]
-    targets = {
-        "lookup_p50_pool_over_lanes": {
-            "value": ratio(lp["p50"], ll["p50"]),
-            "target": ">= 10",
-            "met": ratio(lp["p50"], ll["p50"]) >= 10,
-        },
-        "lookup_p99_lanes_over_floor": {
-            "value": ratio(ll["p99"], lf["p99"]),
-            "target": "<= 1.5",
-            "met": ratio(ll["p99"], lf["p99"]) <= 1.5,
-        },
-        "lookup_p99_pool_over_lanes": {
-            "value": ratio(lp["p99"], ll["p99"]),
-            "target": "report (LMCache: 35x on RDMA with spare cores)",
-            "met": None,
-        },
-        "load_p99_pool_over_lanes": {
-            "value": ratio(summ["pool"]["load"]["p99"], summ["lanes"]["load"]["p99"]),
-            "target": ">= 3",
-            "met": ratio(summ["pool"]["load"]["p99"], summ["lanes"]["load"]["p99"]) >= 3,
-        },
-        "store_throughput_lanes_over_pool": {
-            "value": ratio(thr["lanes"], thr["pool"]),
-            "target": ">= 0.9",
-            "met": ratio(thr["lanes"], thr["pool"]) >= 0.9,
-        },
-    }
+    targets: dict[str, dict[str, Any]] = {}
+    pool, floor = summ["pool"], summ["floor"]
+    for v in [c for c in OURS if c != "pool"]:
+        lanes = summ[v]
+        checks = [
+            ("lookup p50: pool / {v}", pool["lookup"]["p50"], lanes["lookup"]["p50"], ">= 10"),
+            ("lookup p99: {v} / floor", lanes["lookup"]["p99"], floor["lookup"]["p99"], "<= 1.5"),
+            ("lookup p99: pool / {v}", pool["lookup"]["p99"], lanes["lookup"]["p99"], "report"),
+            ("load p99: pool / {v}", pool["load"]["p99"], lanes["load"]["p99"], ">= 3"),
+            ("store MiB/s: {v} / pool", thr[v], thr["pool"], ">= 0.9"),
+        ]
+        for label, a, b, want in checks:
+            val = ratio(a, b)
+            met = None
+            if want.startswith(">="):
+                met = val >= float(want[2:])
+            elif want.startswith("<="):
+                met = val <= float(want[2:])
+            targets[label.format(v=v)] = {"value": val, "target": want, "met": met}
     table(
         ["target", "value", "wanted", "met"],
         [[k, v["value"], v["target"], v["met"]] for k, v in targets.items()],
@@ -327,7 +334,7 @@ def main() -> None:
 
     # What the lookup found when it started (sampled right after the stores were submitted).
     drows = []
-    for c in ("pool", "lanes"):
+    for c in OURS:
         d = depth[c][args.warmup :] if len(depth[c]) > args.warmup else depth[c]
         n = max(1, len(d))
         drows.append(
@@ -353,7 +360,7 @@ def main() -> None:
         title="Lane state seen just before each lookup (client.stats(), mean over rounds)",
     )
     srows = []
-    for c in ("pool", "lanes"):
+    for c in OURS:
         for lane, s in lane_stats[c].items():
             if not s["submitted"]:
                 continue

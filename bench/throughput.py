@@ -29,6 +29,7 @@ from _common import (
     GiB,
     MiB,
     banner,
+    busiest_threads,
     cluster,
     loopback_bandwidth,
     ms_list,
@@ -38,6 +39,7 @@ from _common import (
     ratio,
     table,
     their_store,
+    thread_cpu,
     warm_segment,
     write_json,
 )
@@ -56,9 +58,10 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20, help="repetitions per client")
     p.add_argument("--keys", type=int, default=64, help="keys per batch")
     p.add_argument("--value-size", type=int, default=MiB, help="bytes per value")
+    p.add_argument("--profile-reps", type=int, default=5, help="reps of the CPU profile phase")
     args = p.parse_args()
     if args.quick:
-        args.reps = 3
+        args.reps, args.profile_reps = 3, 2
     info = banner("throughput", args)
     n, vs = args.keys, args.value_size
     batch_bytes = n * vs
@@ -138,6 +141,32 @@ def main() -> None:
                     times[nm]["put"].append(tp)
                     times[nm]["get"].append(tg)
         run_s = pc() - t_run
+
+        # Who burns the CPU: per-thread CPU seconds over a few more reps per client.  A
+        # thread whose CPU time is close to the wall time spins (Mooncake polls for transfer
+        # completion); the busiest thread of the storage node is its TCP io thread.
+        cpu_profile: dict[str, Any] = {}
+        storage_pid = local.pids["storage"]
+        for nm in names:
+            me0, st0, t0 = thread_cpu(), thread_cpu(storage_pid), pc()
+            for rep in range(args.profile_reps):
+                keys = [f"tp-prof/{nm}/{rep}/{i}" for i in range(n)]
+                if nm == "theirs":
+                    run_theirs(keys)
+                else:
+                    run_ours(clients[nm], keys)
+                admin.batch_remove(keys, force=True)
+            wall = pc() - t0
+            mine, theirs_node = (
+                busiest_threads(me0, thread_cpu()),
+                busiest_threads(st0, thread_cpu(storage_pid), 2),
+            )
+            cpu_profile[nm] = {
+                "wall_s": round(wall, 3),
+                "client_threads": mine,
+                "storage_threads": theirs_node,
+                "client_cpu_s": round(sum(x[2] for x in mine), 3),
+            }
         lane_stats = {nm: c.stats() for nm, c in clients.items()}
         for c in clients.values():
             c.close()
@@ -234,6 +263,32 @@ def main() -> None:
         srows,
         title="client.stats() (whole run, includes warm-up and removals)",
     )
+    prow = []
+    for nm, cp in cpu_profile.items():
+        top = cp["client_threads"]
+        spin = [x for x in top if x[2] >= 0.6 * cp["wall_s"]]
+        prow.append(
+            [
+                nm,
+                cp["wall_s"],
+                cp["client_cpu_s"],
+                len(spin),
+                ", ".join(f"{x[2]:.2f}" for x in top[:5]),
+                ", ".join(f"{x[2]:.2f}" for x in cp["storage_threads"]),
+            ]
+        )
+    table(
+        [
+            "client",
+            "wall s",
+            "client CPU s",
+            "threads >= 60% busy",
+            "busiest client threads (CPU s)",
+            "storage node (CPU s)",
+        ],
+        prow,
+        title=f"Per-thread CPU over {args.profile_reps} put+get reps (/proc/<pid>/task/*/stat)",
+    )
     write_json(
         "throughput",
         {
@@ -254,6 +309,7 @@ def main() -> None:
             "targets": targets,
             "errors": errors,
             "lane_stats": lane_stats,
+            "cpu_profile": cpu_profile,
             "samples_ms": {nm: {op: ms_list(v) for op, v in t.items()} for nm, t in times.items()},
         },
         out=args.out,
