@@ -29,6 +29,7 @@ from _common import (
     Arena,
     KiB,
     banner,
+    busiest_threads,
     cluster,
     cpu_seconds,
     ms_list,
@@ -38,6 +39,7 @@ from _common import (
     summarize,
     table,
     thread_count,
+    thread_cpu,
     write_json,
 )
 
@@ -67,6 +69,7 @@ def main() -> None:
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     threads: dict[str, int] = {}
     errors: dict[str, int] = {m: 0 for m in modes}
+    per_thread: dict[str, dict[int, float]] = {m: {} for m in modes}
 
     with cluster(args.segment) as local:
         client = our_client(local, num_workers=4, queue_timeout=0)
@@ -131,10 +134,13 @@ def main() -> None:
             k = b % len(modes)
             for m in modes[k:] + modes[:k]:
                 dst.buf[:] = 0
+                th0 = thread_cpu()
                 c0, t0 = cpu_seconds(), pc()
                 done, bad = run(m)
                 wall[m].append(pc() - t0)
                 cpu[m].append(cpu_seconds() - c0)
+                for tid, _name, used in busiest_threads(th0, thread_cpu(), top=100):
+                    per_thread[m][tid] = per_thread[m].get(tid, 0.0) + used
                 lat[m].extend(done)
                 errors[m] += bad
                 if bad == 0 and not np.array_equal(dst.buf, src.buf):
@@ -163,6 +169,10 @@ def main() -> None:
             "cpu_ms_per_burst": float(np.median(cpu[m]) * 1e3),
             "threads": threads.get(m, 0),
         }
+    for m in modes:
+        used = sorted(per_thread[m].values(), reverse=True)
+        total_wall = sum(wall[m])
+        res[m]["busiest_threads_share_of_wall"] = [round(u / total_wall, 2) for u in used[:6]]
     table(
         [
             "mode",
@@ -172,6 +182,7 @@ def main() -> None:
             "get p99 ms",
             "CPU ms / burst",
             "threads",
+            "busiest threads (CPU / wall)",
             "errors",
         ],
         [
@@ -183,6 +194,7 @@ def main() -> None:
                 r["get_p99_ms"],
                 r["cpu_ms_per_burst"],
                 r["threads"],
+                " ".join(f"{x:.2f}" for x in r["busiest_threads_share_of_wall"]),
                 errors[m],
             ]
             for m, r in res.items()
