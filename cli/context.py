@@ -66,6 +66,9 @@ class Settings:
     _exiting_client: Any = field(default=None, repr=False)
     #: True once the client config came from the local cluster's state directory.
     uses_local_cluster: bool = False
+    #: Bytes of L1 staging memory to register (--l1-size); None: only with rdma, default size.
+    l1_size: int | None = None
+    _l1: Any = field(default=None, repr=False)
 
     # -- output -----------------------------------------------------------------------------
 
@@ -151,8 +154,19 @@ class Settings:
 
     # -- the client ---------------------------------------------------------------------------
 
-    def client(self) -> Any:
-        """The Mooncake client, created on first use and closed with the command."""
+    def transfer(self, l1_min: int = 0) -> Any:
+        """A :class:`~.transfer.Transfer` over this invocation's client (see :meth:`client`)."""
+        from .transfer import Transfer
+
+        client = self.client(l1_min)
+        return Transfer(client, self._l1)
+
+    def client(self, l1_min: int = 0) -> Any:
+        """The Mooncake client, created on first use and closed with the command.
+
+        With ``--protocol rdma`` or ``--l1-size``, an L1 staging area of at least ``l1_min``
+        bytes is registered with it (see :mod:`.transfer`).
+        """
         if self._client is not None:
             return self._client
         config = self.store_config()
@@ -169,12 +183,26 @@ class Settings:
 
         if self.verbose:
             mooncake_cffi.set_log_level(2 if self.verbose == 1 else 0)
+        l1 = None
+        if config.protocol == "rdma" or self.l1_size is not None:
+            from .transfer import DEFAULT_L1_BYTES, allocate_l1
+
+            size = max(self.l1_size or DEFAULT_L1_BYTES, l1_min)
+            try:
+                l1 = allocate_l1(size)
+            except (OSError, ValueError) as exc:
+                raise CliError(
+                    f"cannot allocate {size} bytes of L1 staging memory: {exc}"
+                ) from None
+            self.debug(f"staging transfers through {size} bytes of registered L1 memory")
         watchdog = None
         try:
             with _quiet_stderr(enabled=not self.verbose) as quiet:
                 if self.fast_exit:
                     watchdog = self._start_watchdog(master, meta, quiet)
-                client = Client(config, connect_timeout=self.connect_timeout)
+                client = Client(
+                    config, l1=l1, register_l1=l1 is not None, connect_timeout=self.connect_timeout
+                )
         except MooncakeError as exc:
             raise StoreError.wrap(exc, f"cannot connect to master {master}") from None
         except ValueError as exc:  # e.g. rdma without L1
@@ -183,6 +211,7 @@ class Settings:
             if watchdog is not None:
                 watchdog.cancel()
         self._client = client
+        self._l1 = l1
         ctx = click.get_current_context()
         ctx.find_root().call_on_close(self.close)
         if self.verbose:
@@ -331,6 +360,28 @@ def _load_config_option(value: str) -> dict[str, Any]:
 # -- shared options ------------------------------------------------------------------------
 
 
+class SizeType(click.ParamType):
+    """A byte size the way Mooncake writes them: ``256MB``, ``1 GB``, ``1048576``."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        from mooncake_cffi.cluster import parse_size
+
+        try:
+            size = parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if size <= 0:
+            self.fail("must be more than 0 bytes", param, ctx)
+        return size
+
+
+SIZE = SizeType()
+
+
 def _settings(ctx: click.Context) -> Settings:
     return ctx.ensure_object(Settings)
 
@@ -394,6 +445,17 @@ def connection_options(top_level: bool) -> Callable[[F], F]:
             callback=_store("hostname"),
             help="Address this client registers as (local_hostname; default 127.0.0.1). "
             "No port: Mooncake picks one.",
+        ),
+        click.option(
+            "--l1-size",
+            metavar="SIZE",
+            type=SIZE,
+            envvar=env("L1_SIZE"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("l1_size"),
+            help="Stage transfers through SIZE bytes of memory registered with Mooncake (needed "
+            "by rdma, default 256MB there, more if a value to put is larger).",
         ),
         click.option(
             "--config",

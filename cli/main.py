@@ -335,7 +335,7 @@ def put(
     """
     items = _put_items(args, directory, prefix, keys_from)
     sizes = _source_sizes(items)
-    client = settings.client()
+    transfer = settings.transfer(l1_min=max(sizes))
     report = KeyReport(settings)
     single = len(items) == 1
     stored_keys = stored_bytes = kept = 0
@@ -351,10 +351,7 @@ def put(
             for key, value in zip(keys, values, strict=True):
                 if not value:
                     raise CliError(f"{key}: the value is empty: Mooncake cannot store 0 bytes")
-            if overwrite:
-                results = client.batch_upsert(keys, values)
-            else:
-                results = client.batch_put(keys, values, skip_existing=True)
+            results = transfer.put(keys, values, overwrite)
             for key, value, status in zip(keys, values, results, strict=True):
                 if status == 0:
                     stored_keys += 1
@@ -456,8 +453,7 @@ def get(
 
 
 def _get_one(settings: Settings, key: str, output: str | None) -> None:
-    client = settings.client()
-    value = client.get(key)
+    (value,) = settings.transfer().get([key])
     if value is None:
         if settings.json:
             settings.emit_json({key: {"status": "missing"}})
@@ -476,7 +472,7 @@ def _get_one(settings: Settings, key: str, output: str | None) -> None:
 def _get_many(settings: Settings, keys: list[str], directory: Path) -> None:
     names = [file_name_for(k) for k in keys]
     directory.mkdir(parents=True, exist_ok=True)
-    client = settings.client()
+    transfer = settings.transfer()
     report = KeyReport(settings)
     written = written_bytes = 0
     with Progress(
@@ -484,7 +480,7 @@ def _get_many(settings: Settings, keys: list[str], directory: Path) -> None:
     ) as progress:
         for start in range(0, len(keys), CHUNK_KEYS):
             batch = keys[start : start + CHUNK_KEYS]
-            values = client.batch_get(batch)
+            values = transfer.get(batch)
             for key, name, value in zip(
                 batch, names[start : start + CHUNK_KEYS], values, strict=True
             ):

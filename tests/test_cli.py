@@ -37,6 +37,7 @@ ENV_VARS = (
     "MCL2_PROTOCOL",
     "MCL2_HOSTNAME",
     "MCL2_CONFIG",
+    "MCL2_L1_SIZE",
     "MCL2_CONNECT_TIMEOUT",
     "MCL2_STATE_DIR",
 )
@@ -214,6 +215,28 @@ def test_keys_from_stdin_for_a_large_batch(run, key: str, tmp_path: Path) -> Non
     rm = run("rm", "--force", "--keys-from", str(keys_file))
     assert rm.exit_code == EXIT_OK, rm.output
     assert f"removed {n} of {n} keys" in rm.stderr
+
+
+def test_l1_staging_round_trips_and_splits_batches(run, key: str, tmp_path: Path) -> None:
+    """--l1-size stages transfers through registered memory (what rdma needs), over tcp."""
+    files = {}
+    for i in range(6):
+        path = tmp_path / f"s{i}"
+        path.write_bytes(blob(700_000 + i))
+        files[f"{key}-{i}"] = path
+    put = run("--l1-size", "1MB", "put", *[f"{k}={p}" for k, p in files.items()])
+    assert put.exit_code == EXIT_OK, put.output
+    out = tmp_path / "out"
+    got = run("get", *files, "-d", str(out), "--l1-size", "2MB")
+    assert got.exit_code == EXIT_OK, got.output
+    for k, path in files.items():
+        assert (out / k).read_bytes() == path.read_bytes()
+    single = run("--l1-size", "1MB", "get", f"{key}-0")
+    assert single.stdout_bytes == files[f"{key}-0"].read_bytes()
+
+    too_small = run("--l1-size", "512KB", "get", f"{key}-0")
+    assert too_small.exit_code == EXIT_ERROR
+    assert "--l1-size" in too_small.stderr
 
 
 def test_empty_input_file_is_refused(run, key: str, tmp_path: Path) -> None:
@@ -472,6 +495,7 @@ def test_unreachable_metadata_server_fails_fast_naming_it(cluster: LocalCluster)
         ["put", "a=x", "a=y"],
         ["--connect-timeout", "soon", "exists", "k"],
         ["cluster", "up", "--segment-size", "64 MiB"],
+        ["--l1-size", "lots", "exists", "k"],
     ],
 )
 def test_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
