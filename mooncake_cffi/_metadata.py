@@ -57,9 +57,7 @@ def entry_url(metadata_server: str, key: str) -> str:
     return f"{metadata_server}{sep}key={urllib.parse.quote(key, safe='')}"
 
 
-def forget_client(
-    metadata_server: str, hostname: str, timeout: float = _TIMEOUT
-) -> list[str]:
+def forget_client(metadata_server: str, hostname: str, timeout: float = _TIMEOUT) -> list[str]:
     """Delete the metadata entries the client ``hostname`` registered (best effort).
 
     Only ``http://`` metadata servers are handled; anything else (etcd, redis, P2P) is left
