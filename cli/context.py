@@ -35,7 +35,7 @@ DEFAULT_MASTER_PORT = 50051
 DEFAULT_HOSTNAME = "127.0.0.1"
 DEFAULT_CONNECT_TIMEOUT = 2.0
 #: Seconds added to the connect timeout before a stuck setup is abandoned (console only).
-SETUP_GRACE = 2.5
+SETUP_GRACE = 1.5
 
 
 def default_state_dir() -> Path:
@@ -130,7 +130,7 @@ class Settings:
                 config = StoreConfig.from_dict(d)
                 config.check_connectable()
             except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="'--config'") from None
+                raise click.UsageError(f"invalid client configuration: {exc}") from None
         for w in caught:
             self.warn(str(w.message))
         return config

@@ -659,3 +659,52 @@ def test_console_script_fails_fast_for_an_unreachable_master(cluster: LocalClust
     assert time.monotonic() - started < 5.0
     assert result.returncode == EXIT_ERROR
     assert f"127.0.0.1:{port}".encode() in result.stderr
+
+
+@pytest.mark.skipif(not MCL2.exists(), reason="the mcl2 console script is not installed")
+def test_console_script_gives_up_on_a_master_that_never_answers(cluster: LocalCluster) -> None:
+    """A port that accepts connections but never answers: Mooncake would retry for ~90 s."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
+        started = time.monotonic()
+        result = subprocess.run(
+            [
+                str(MCL2),
+                "--master",
+                f"127.0.0.1:{port}",
+                "--metadata-server",
+                cluster.metadata_server,
+                "exists",
+                "k",
+            ],
+            capture_output=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        elapsed = time.monotonic() - started
+    assert result.returncode == EXIT_ERROR
+    assert f"127.0.0.1:{port}".encode() in result.stderr
+    assert elapsed < 5.0
+
+
+def test_a_port_in_local_hostname_is_a_usage_error(cluster: LocalCluster) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--master",
+            cluster.master_addr,
+            "--metadata-server",
+            cluster.metadata_server,
+            "--hostname",
+            "127.0.0.1:5000",
+            "exists",
+            "k",
+        ],
+        env=clean_env(),
+    )
+    assert result.exit_code == EXIT_USAGE
+    assert "duplicate registration" in result.stderr
