@@ -46,11 +46,11 @@ from mooncake_cffi._binding import ffi, lib
 def main() -> None:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=6000, help="calls per operation and client")
-    p.add_argument("--block", type=int, default=200, help="calls per alternating block")
+    p.add_argument("--block", type=int, default=25, help="calls per alternating block")
     p.add_argument("--value-size", type=int, default=4 * KiB)
     args = p.parse_args()
     if args.quick:
-        args.calls, args.block = 600, 100
+        args.calls, args.block = 600, 25
     info = banner("small_ops", args)
     vs = args.value_size
 
