@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat as stat_module
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -211,10 +212,10 @@ def _put_items(
         for arg in args:
             items.append(split_pair(arg, "argument"))
     if directory is not None:
-        for path in iter_regular_files(directory):
-            items.append((prefix + path.name, str(path)))
-        if not any(True for _ in iter_regular_files(directory)):
+        files = list(iter_regular_files(directory))
+        if not files:
             raise click.BadParameter(f"{directory} has no regular files", param_hint="'--dir'")
+        items.extend((prefix + path.name, str(path)) for path in files)
     if keys_from is not None:
         for n, line in enumerate(read_lines(keys_from), start=1):
             items.append(split_pair(line, f"--keys-from line {n}"))
@@ -246,7 +247,7 @@ def _stdin_is_terminal() -> bool:
 
 
 def _source_sizes(items: Sequence[tuple[str, str]]) -> list[int]:
-    """Sizes of the files to put (checked before connecting); -1 for stdin."""
+    """Sizes of the files to put (checked before connecting); -1 for stdin, a pipe, a device."""
     sizes = []
     for key, source in items:
         if source == STDIN:
@@ -258,10 +259,13 @@ def _source_sizes(items: Sequence[tuple[str, str]]) -> list[int]:
             raise click.BadParameter(
                 f"cannot read {source} (for key {key!r}): {exc.strerror}", param_hint="FILE"
             ) from None
-        if not os.path.isfile(source):
+        if stat_module.S_ISDIR(st.st_mode):
             raise click.BadParameter(
-                f"{source} (for key {key!r}) is not a regular file", param_hint="FILE"
+                f"{source} (for key {key!r}) is a directory (use --dir DIR)", param_hint="FILE"
             )
+        if not stat_module.S_ISREG(st.st_mode):  # <(command), /dev/stdin...: size unknown
+            sizes.append(-1)
+            continue
         if st.st_size == 0:
             raise click.BadParameter(
                 f"{source} (for key {key!r}) is empty: Mooncake cannot store 0 bytes",
