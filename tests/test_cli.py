@@ -708,3 +708,82 @@ def test_a_port_in_local_hostname_is_a_usage_error(cluster: LocalCluster) -> Non
     )
     assert result.exit_code == EXIT_USAGE
     assert "duplicate registration" in result.stderr
+
+
+# -- what a fast exit leaves behind -----------------------------------------------------------
+
+_UNCLEAN_CLIENT = """
+import os, sys
+from mooncake_cffi import Client
+client = Client(dict(local_hostname="127.0.0.1", metadata_server=sys.argv[1],
+                     master_server_addr=sys.argv[2], protocol="tcp", global_segment_size="0"))
+print(client.hostname, flush=True)
+os._exit(0)
+"""
+
+
+def _entry_status(metadata_server: str, key: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    from mooncake_cffi._metadata import entry_url
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(entry_url(metadata_server, key), timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+
+
+def test_forget_client_deletes_what_a_client_registered(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    from mooncake_cffi._metadata import client_keys, forget_client
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _UNCLEAN_CLIENT, cluster.metadata_server, cluster.master_addr],
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=True,
+    )
+    hostname = proc.stdout.decode().strip()
+    keys = client_keys(hostname)
+    assert [k.split("/")[1] for k in keys] == ["ram", "rpc_meta"]
+    assert [_entry_status(cluster.metadata_server, k) for k in keys] == [200, 200]
+
+    assert forget_client(cluster.metadata_server, hostname) == keys
+    assert [_entry_status(cluster.metadata_server, k) for k in keys] == [404, 404]
+    assert forget_client(cluster.metadata_server, hostname) == []  # idempotent
+    assert forget_client("http://127.0.0.1:1/metadata", hostname) == []  # never raises
+
+
+def test_key_prefix_follows_the_metadata_cluster_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mooncake_cffi._metadata import client_keys, key_prefix
+
+    monkeypatch.delenv("MC_METADATA_CLUSTER_ID", raising=False)
+    assert key_prefix() == "mooncake/"
+    monkeypatch.setenv("MC_METADATA_CLUSTER_ID", "abc")
+    assert client_keys("h:1") == ["mooncake/abc/ram/h:1", "mooncake/abc/rpc_meta/h:1"]
+
+
+@pytest.mark.skipif(not MCL2.exists(), reason="the mcl2 console script is not installed")
+def test_console_script_leaves_no_metadata_entries(cluster: LocalCluster, key: str) -> None:
+    """mcl2 exits without Mooncake's teardown; its own entries must still be gone."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
+    env.update(MCL2_MASTER=cluster.master_addr, MCL2_METADATA_SERVER=cluster.metadata_server)
+    result = subprocess.run(
+        [str(MCL2), "-vv", "exists", key], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert result.returncode == EXIT_NOT_FOUND
+    match = re.search(rb"registered as (\S+)", result.stderr)
+    assert match, result.stderr[-2000:]
+    hostname = match.group(1).decode()
+    from mooncake_cffi._metadata import client_keys
+
+    assert [_entry_status(cluster.metadata_server, k) for k in client_keys(hostname)] == [
+        404,
+        404,
+    ]
