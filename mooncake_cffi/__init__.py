@@ -16,7 +16,6 @@ The configuration is the JSON/dict LMCache's ``mooncake_store`` L2 adapter takes
 """
 
 from ._version import __version__
-from .aio import AsyncClient  # noqa: E402
 from .client import EXISTED, LANES, Client, Completion, set_log_level  # noqa: E402
 from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs
 from .errors import (
@@ -58,3 +57,12 @@ __all__ = [
     "QueueFullError",
     "TransportError",
 ]
+
+
+def __getattr__(name: str):
+    # AsyncClient pulls in asyncio (~75 ms): import it only when asked for.
+    if name == "AsyncClient":
+        from .aio import AsyncClient
+
+        return AsyncClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -181,7 +181,15 @@ void probe(const std::string &what, const std::string &addr, int timeout_ms) {
 class MooncakeBackend final : public Backend {
 public:
     explicit MooncakeBackend(std::shared_ptr<RealClient> client) : client_(std::move(client)) {}
-    ~MooncakeBackend() override { teardown(); }
+    ~MooncakeBackend() override {
+        if (leak_) {
+            // The process is about to _exit: destroying RealClient would run the
+            // slow teardown that close_for_exit skipped.  Leak it on purpose.
+            new std::shared_ptr<RealClient>(std::move(client_));
+            return;
+        }
+        teardown();
+    }
 
     // Single keys take Mooncake's single-key calls: one RPC without the
     // batch bookkeeping (measurably faster for the small-operation path).
@@ -211,7 +219,10 @@ public:
     int unregister_buffer(void *ptr) override {
         return g_sym.unregister_buffer(client_.get(), ptr);
     }
-    void skip_teardown() override { torn_down_ = true; }
+    void skip_teardown() override {
+        torn_down_ = true;
+        leak_ = true;
+    }
     std::string hostname() override { return g_sym.get_hostname(client_.get()); }
     void teardown() override {
         if (client_ && !torn_down_) {
@@ -223,6 +234,7 @@ public:
 private:
     std::shared_ptr<RealClient> client_;
     bool torn_down_ = false;
+    bool leak_ = false;
     bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
 };
 
