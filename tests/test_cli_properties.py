@@ -13,7 +13,6 @@ import socket
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mooncake_cffi.cli import cli
 
 
