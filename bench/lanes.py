@@ -36,6 +36,7 @@ from _common import (
     Arena,
     MiB,
     banner,
+    busiest_threads,
     cluster,
     ms_list,
     our_client,
@@ -45,6 +46,7 @@ from _common import (
     summarize,
     table,
     their_store,
+    thread_cpu,
     warm_segment,
     write_json,
 )
@@ -160,6 +162,11 @@ def main() -> None:
     store_phase: dict[str, list[float]] = {c: [] for c in CONFIGS}
     depth: dict[str, list[tuple[int, int, int, int]]] = {c: [] for c in OURS}
     errors: dict[str, int] = {c: 0 for c in CONFIGS}
+    # Per-thread CPU seconds while each configuration's rounds run (from submit to the last
+    # store completion, plus the lookup and load): who competes for the 2 cores.
+    busy: dict[str, dict[int, float]] = {c: {} for c in CONFIGS}
+    busy_wall: dict[str, float] = {c: 0.0 for c in CONFIGS}
+    busy_storage: dict[str, float] = {c: 0.0 for c in CONFIGS}
 
     with cluster(args.segment) as local:
         clients = {
@@ -182,6 +189,7 @@ def main() -> None:
         for d in drainers.values():
             d.start()
         storers = PlainStorers(theirs, threads=2)
+        storage_pid = local.pids["storage"]
 
         def keys_of(cfg: str, r: int) -> list[str]:
             return [f"lanes-bench/{cfg}/r{r}/{i}" for i in range(per_round)]
@@ -196,6 +204,8 @@ def main() -> None:
             prev = rng.sample(keys_of(cfg, r - 1), args.lookup_keys + args.load_keys)
             lk, ld = prev[: args.lookup_keys], prev[args.lookup_keys :]
             batches = [keys[b * nk : (b + 1) * nk] for b in range(nb)]
+            if measured:
+                th0, st0 = thread_cpu(), thread_cpu(storage_pid)
             if cfg == "floor":
                 t_sub = pc()
                 storers.submit(
@@ -240,6 +250,11 @@ def main() -> None:
                 lat[cfg]["load"].append(t2 - t1)
                 lat[cfg]["store"].extend(t - t_sub for t in ends)
                 store_phase[cfg].append(max(ends) - t_sub)
+                th1, st1 = thread_cpu(), thread_cpu(storage_pid)
+                busy_wall[cfg] += pc() - t_sub
+                for tid, _nm, used in busiest_threads(th0, th1, top=1000):
+                    busy[cfg][tid] = busy[cfg].get(tid, 0.0) + used
+                busy_storage[cfg] += sum(u for _, _, u in busiest_threads(st0, st1, top=1000))
             if r >= 1:
                 clients["pool"].batch_remove(keys_of(cfg, r - 2), force=True)
 
@@ -384,6 +399,37 @@ def main() -> None:
         "run incl. warm-up and removals; shim histogram: bucket upper edges)",
     )
 
+    cpu_rows, cpu_profile = [], {}
+    for c in CONFIGS:
+        wall = busy_wall[c] or 1.0
+        shares = sorted((u / wall for u in busy[c].values()), reverse=True)
+        cpu_profile[c] = {
+            "wall_s": busy_wall[c],
+            "client_cpu_share": sum(shares),
+            "busiest_threads_share": [round(x, 3) for x in shares[:8]],
+            "storage_node_share": busy_storage[c] / wall,
+        }
+        cpu_rows.append(
+            [
+                c,
+                sum(shares),
+                sum(1 for x in shares if x >= 0.15),
+                " ".join(f"{x:.2f}" for x in shares[:6]),
+                busy_storage[c] / wall,
+            ]
+        )
+    table(
+        [
+            "config",
+            "client CPU (cores)",
+            "threads >= 15% busy",
+            "busiest client threads (CPU / wall)",
+            "storage node (cores)",
+        ],
+        cpu_rows,
+        title="CPU while the rounds run (/proc/<pid>/task/*/stat; this process holds all four "
+        "configurations' clients, idle ones add ~0)",
+    )
     write_json(
         "lanes",
         {
@@ -409,6 +455,7 @@ def main() -> None:
             "targets": targets,
             "lane_depth_before_lookup": {c: depth[c] for c in depth},
             "lane_stats": lane_stats,
+            "cpu_profile": cpu_profile,
             "samples_ms": {c: {op: ms_list(v) for op, v in lat[c].items()} for c in CONFIGS},
         },
         out=args.out,

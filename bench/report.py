@@ -170,6 +170,26 @@ def lanes_section(d: dict[str, Any]) -> list[str]:
             srows,
         )
     )
+    cp = d.get("cpu_profile")
+    if cp:
+        out += [
+            "",
+            "CPU while each configuration's rounds run (`/proc/<pid>/task/*/stat`, CPU seconds "
+            "/ wall seconds; 2 cores = 2.0):",
+            "",
+            md(
+                ["config", "client process", "busiest client threads", "storage node"],
+                [
+                    [
+                        c,
+                        x["client_cpu_share"],
+                        " ".join(f"{t:.2f}" for t in x["busiest_threads_share"][:6]),
+                        x["storage_node_share"],
+                    ]
+                    for c, x in cp.items()
+                ],
+            ),
+        ]
     return out
 
 
