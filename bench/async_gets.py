@@ -13,7 +13,9 @@ Bursts alternate between modes.  Latency of a get = its completion time minus th
 start (all are issued together).  Reported: burst wall time, gets/s, per-get p50/p99, CPU
 seconds per burst and the threads the process has while a burst runs (not counting the
 idle pool threads of the other modes).  All modes use one
-Client (shared pool, ``num_workers=4``).
+Client, once per shared-pool size in ``--workers`` (default 4, LMCache's default
+``num_workers``, and 1: on 2 cores every Mooncake call that waits for a transfer busy-polls
+a core, so fewer concurrent calls leave more CPU to the TCP io threads).
 
     .venv/bin/python bench/async_gets.py          # full run (~30 s)
     .venv/bin/python bench/async_gets.py --quick
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 from _common import (
@@ -52,34 +55,42 @@ def main() -> None:
     p.add_argument("--bursts", type=int, default=20, help="measured bursts per mode")
     p.add_argument("--value-size", type=int, default=4 * KiB)
     p.add_argument("--pools", default="8,64", help="thread-pool sizes to compare")
+    p.add_argument(
+        "--workers", default="4,1", help="the Client's shared-pool sizes to run (one client each)"
+    )
     args = p.parse_args()
     if args.quick:
         args.bursts = 3
     info = banner("async_gets", args)
     n, vs = args.concurrency, args.value_size
     pools = [int(x) for x in args.pools.split(",") if x]
+    workers = [int(x) for x in args.workers.split(",") if x]
 
     src = Arena(n, vs)
     dst = Arena(n, vs, fill=0)
     dviews = dst.views()
     keys = [f"async-gets/{i}" for i in range(n)]
-    modes = ["asyncio", *(f"threads-{w}" for w in pools), "one batch"]
+    base_modes = ["asyncio", *(f"threads-{w}" for w in pools), "one batch"]
+    modes = [f"w{w} {m}" for w in workers for m in base_modes]
     lat: dict[str, list[float]] = {m: [] for m in modes}
     wall: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     threads: dict[str, int] = {}
     errors: dict[str, int] = {m: 0 for m in modes}
     per_thread: dict[str, dict[int, float]] = {m: {} for m in modes}
+    threads_base: dict[str, tuple[int, int]] = {}
+    lane_stats: dict[str, Any] = {}
 
-    with cluster(args.segment) as local:
-        client = our_client(local, num_workers=4, queue_timeout=0)
+    def measure(local: Any, nw: int) -> None:
+        client = our_client(local, num_workers=nw, queue_timeout=0)
         for i in range(0, n, 100):
             res = client.put_from(keys[i : i + 100], src.views(100, i))
             assert all(r == 0 for r in res), res
-        threads_before_async = thread_count()
+        before = thread_count()
         aclient = AsyncClient(client)
         executors = {w: ThreadPoolExecutor(max_workers=w) for w in pools}
         loop = asyncio.new_event_loop()
+        tag = f"w{nw} "
 
         async def async_burst() -> tuple[list[float], int]:
             t0 = pc()
@@ -93,7 +104,7 @@ def main() -> None:
             rs = await asyncio.gather(*(one(i) for i in range(n)))
             # threads alive now, less the (idle) thread-pool workers of the other modes
             own = thread_count() - sum(len(ex._threads) for ex in executors.values())
-            threads["asyncio"] = max(threads.get("asyncio", 0), own)
+            threads[tag + "asyncio"] = max(threads.get(tag + "asyncio", 0), own)
             return done, sum(1 for r in rs if r != vs)
 
         def pool_burst(w: int) -> tuple[list[float], int]:
@@ -108,7 +119,8 @@ def main() -> None:
 
             futs = [ex.submit(one, i) for i in range(n)]
             own = thread_count() - sum(len(e._threads) for x, e in executors.items() if x != w)
-            threads[f"threads-{w}"] = max(threads.get(f"threads-{w}", 0), own)
+            m = f"{tag}threads-{w}"
+            threads[m] = max(threads.get(m, 0), own)
             rs = [f.result() for f in futs]
             return done, sum(1 for r in rs if r != vs)
 
@@ -116,7 +128,9 @@ def main() -> None:
             t0 = pc()
             rs = client.get_into(keys, dviews)
             t = pc() - t0
-            threads["one batch"] = thread_count() - sum(len(e._threads) for e in executors.values())
+            threads[tag + "one batch"] = thread_count() - sum(
+                len(e._threads) for e in executors.values()
+            )
             return [t] * n, sum(1 for r in rs if r != vs)
 
         def run(mode: str) -> tuple[list[float], int]:
@@ -126,28 +140,29 @@ def main() -> None:
                 return batch_burst()
             return pool_burst(int(mode.split("-")[1]))
 
-        for m in modes:  # warm-up: one burst each (starts the pool threads too)
+        for m in base_modes:  # warm-up: one burst each (starts the pool threads too)
             run(m)
-        threads.clear()
-        t_run = pc()
+        for m in base_modes:
+            threads.pop(tag + m, None)
         for b in range(args.bursts):
-            k = b % len(modes)
-            for m in modes[k:] + modes[:k]:
+            k = b % len(base_modes)
+            for m in base_modes[k:] + base_modes[:k]:
+                key = tag + m
                 dst.buf[:] = 0
                 th0 = thread_cpu()
                 c0, t0 = cpu_seconds(), pc()
                 done, bad = run(m)
-                wall[m].append(pc() - t0)
-                cpu[m].append(cpu_seconds() - c0)
+                wall[key].append(pc() - t0)
+                cpu[key].append(cpu_seconds() - c0)
                 for tid, _name, used in busiest_threads(th0, thread_cpu(), top=100):
-                    per_thread[m][tid] = per_thread[m].get(tid, 0.0) + used
-                lat[m].extend(done)
-                errors[m] += bad
+                    per_thread[key][tid] = per_thread[key].get(tid, 0.0) + used
+                lat[key].extend(done)
+                errors[key] += bad
                 if bad == 0 and not np.array_equal(dst.buf, src.buf):
-                    errors[m] += 1
-        run_s = pc() - t_run
-        threads_after_async = thread_count() - sum(len(e._threads) for e in executors.values())
-        lane_stats = client.stats()
+                    errors[key] += 1
+        after = thread_count() - sum(len(e._threads) for e in executors.values())
+        threads_base[f"w{nw}"] = (before, after)
+        lane_stats[f"w{nw}"] = client.stats()
         loop.run_until_complete(aclient.aclose())
         loop.close()
         for ex in executors.values():
@@ -155,6 +170,12 @@ def main() -> None:
         for i in range(0, n, 100):
             client.batch_remove(keys[i : i + 100], force=True)
         client.close()
+
+    t_run = pc()
+    with cluster(args.segment) as local:
+        for nw in workers:
+            measure(local, nw)
+    run_s = pc() - t_run
 
     summ = {m: summarize(lat[m]) for m in modes}
     res: dict[str, dict[str, float]] = {}
@@ -200,8 +221,8 @@ def main() -> None:
             for m, r in res.items()
         ],
         title=f"{n} concurrent gets of {vs // KiB} KiB, {args.bursts} bursts per mode "
-        f"(latency = completion - burst start); threads before AsyncClient: "
-        f"{threads_before_async}, after: {threads_after_async}",
+        "(latency = completion - burst start); threads before / after the AsyncClient: "
+        + ", ".join(f"{k}: {a} / {b}" for k, (a, b) in threads_base.items()),
     )
     write_json(
         "async_gets",
@@ -211,11 +232,10 @@ def main() -> None:
                 "bursts": args.bursts,
                 "value_size": vs,
                 "pools": pools,
-                "num_workers": 4,
+                "num_workers": workers,
                 "run_seconds": run_s,
             },
-            "threads_before_async_client": threads_before_async,
-            "threads_after_async_client": threads_after_async,
+            "threads_before_after_async_client": threads_base,
             "results": res,
             "errors": errors,
             "lane_stats": lane_stats,

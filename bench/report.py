@@ -361,8 +361,12 @@ def async_section(d: dict[str, Any]) -> list[str]:
         "",
         f"{p['concurrency']} concurrent gets of {p['value_size'] >> 10} KiB per burst, "
         f"{p['bursts']} bursts per mode, modes alternating; latency = completion time after the "
-        f"burst started. Threads in the process: {d['threads_before_async_client']} before the "
-        f"AsyncClient was created, {d['threads_after_async_client']} after.",
+        "burst started. `wN` = the Client's shared pool has N workers. Threads in the process "
+        "before / after the AsyncClient was created: "
+        + ", ".join(
+            f"{k}: {a} / {b}" for k, (a, b) in d["threads_before_after_async_client"].items()
+        )
+        + ".",
         "",
     ]
     out.append(
