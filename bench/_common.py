@@ -243,6 +243,20 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def _installed_hashes() -> dict[str, str]:
+    """Short sha256 of the installed shim and client (the tree may differ from the install)."""
+    import hashlib
+
+    out = {}
+    pkg = Path(mooncake_cffi.__file__).resolve().parent
+    for name in ("libmcs.so", "client.py", "aio.py"):
+        try:
+            out[name] = hashlib.sha256((pkg / name).read_bytes()).hexdigest()[:16]
+        except OSError:
+            out[name] = "missing"
+    return out
+
+
 def machine_info() -> dict[str, Any]:
     cpu = "unknown"
     try:
@@ -276,6 +290,7 @@ def machine_info() -> dict[str, Any]:
         "mooncake_cffi": getattr(mooncake_cffi, "__version__", "?"),
         "mooncake_cffi_path": check_installed(),
         "git_commit": _git_commit(),
+        "installed_sha256": _installed_hashes(),
         "loadavg_start": os.getloadavg(),
         "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
     }
