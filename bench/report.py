@@ -399,6 +399,35 @@ def async_section(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def profile_section(d: dict[str, Any]) -> list[str]:
+    out = ["### Profiles (`bench/profile.py`)", "", run_line(d), ""]
+    sp = d.get("spin", {})
+    if "where_and_state" in sp:
+        out += [
+            f"Where a thread looping 64 x 1 MiB `put_from` / `get_into` was, over {sp['dumps']} "
+            "`py-spy dump --native` samples (py-spy's thread state in brackets):",
+            "",
+            md(
+                ["where", "dumps"],
+                sorted(sp["where_and_state"].items(), key=lambda x: -x[1]),
+            ),
+            "",
+        ]
+    sh = d.get("shim", {})
+    if "dso_share_percent" in sh:
+        out += [
+            f"CPU samples per shared object (`perf record -g`) over {sh['calls']} raw `mcs_run` "
+            "single-key exists calls:",
+            "",
+            md(
+                ["shared object", "% of samples"],
+                sorted(sh["dso_share_percent"].items(), key=lambda x: -x[1]),
+            ),
+            "",
+        ]
+    return out
+
+
 def render() -> str:
     parts: list[str] = []
     any_d = None
@@ -408,6 +437,7 @@ def render() -> str:
         ("small_ops", small_section),
         ("scaling", scaling_section),
         ("async_gets", async_section),
+        ("profile", profile_section),
     ):
         d = load(name)
         if d is None:
