@@ -400,7 +400,7 @@ def async_section(d: dict[str, Any]) -> list[str]:
 
 
 def profile_section(d: dict[str, Any]) -> list[str]:
-    out = ["### Profiles (`bench/profile.py`)", "", run_line(d), ""]
+    out = ["### Profiles (`bench/profiles.py`)", "", run_line(d), ""]
     sp = d.get("spin", {})
     if "where_and_state" in sp:
         out += [
@@ -437,7 +437,7 @@ def render() -> str:
         ("small_ops", small_section),
         ("scaling", scaling_section),
         ("async_gets", async_section),
-        ("profile", profile_section),
+        ("profiles", profile_section),
     ):
         d = load(name)
         if d is None:

@@ -8,8 +8,8 @@
 
 Needs ``py-spy`` (``.venv/bin/pip install py-spy``) and ``perf`` (Debian: ``linux-perf``).
 
-    .venv/bin/python bench/profile.py            # both
-    .venv/bin/python bench/profile.py --only spin
+    .venv/bin/python bench/profiles.py            # both
+    .venv/bin/python bench/profiles.py --only spin
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.dumps, args.seconds = 8, 1.0
-    info = banner("profile", args)
+    info = banner("profiles", args)
     result: dict[str, Any] = {}
     with cluster(args.segment) as local:
         if args.only in (None, "spin"):
@@ -189,7 +189,7 @@ def main() -> None:
                 sorted(sh["dso_share_percent"].items(), key=lambda x: -x[1]),
                 title=f"shim: perf, {sh['calls']} raw mcs_run exists calls",
             )
-    write_json("profile", result, out=args.out, machine=info)
+    write_json("profiles", result, out=args.out, machine=info)
 
 
 if __name__ == "__main__":
