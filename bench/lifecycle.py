@@ -45,8 +45,9 @@ def main() -> int:
             closed["ours"].append(time.perf_counter() - t)
             t = time.perf_counter()
             s = MooncakeDistributedStore()
-            rc = s.setup("127.0.0.1", cluster.metadata_server, 0, 16 << 20, "tcp", "",
-                         cluster.master_addr)
+            rc = s.setup(
+                "127.0.0.1", cluster.metadata_server, 0, 16 << 20, "tcp", "", cluster.master_addr
+            )
             created["mooncake"].append(time.perf_counter() - t)
             assert rc == 0
             t = time.perf_counter()
@@ -55,12 +56,15 @@ def main() -> int:
 
         ours = Client(cfg)
         theirs = MooncakeDistributedStore()
-        theirs.setup("127.0.0.1", cluster.metadata_server, 0, 16 << 20, "tcp", "",
-                     cluster.master_addr)
+        theirs.setup(
+            "127.0.0.1", cluster.metadata_server, 0, 16 << 20, "tcp", "", cluster.master_addr
+        )
         ours.put("lifecycle-key", b"x" * 64)
         lat = {"ours": [], "mooncake": []}
-        calls = {"ours": lambda: ours.exists("lifecycle-key"),
-                 "mooncake": lambda: theirs.is_exist("lifecycle-key")}
+        calls = {
+            "ours": lambda: ours.exists("lifecycle-key"),
+            "mooncake": lambda: theirs.is_exist("lifecycle-key"),
+        }
         for _ in range(200):  # warm-up
             for f in calls.values():
                 f()
