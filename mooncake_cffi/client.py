@@ -201,9 +201,12 @@ class Client:
         queue_timeout: seconds a submit to a full lane waits before raising
             :class:`QueueFullError`; ``None`` waits as long as it takes, 0 fails
             at once.
-        tile_bytes, tile_keys: split batches into tiles of at most this many
-            bytes / keys that the lane's workers run in parallel (0: no split).
-            One completion per batch still.
+        tile_bytes, tile_keys: split put/upsert batches into tiles of at most
+            ``tile_bytes`` bytes, and any batch into tiles of at most ``tile_keys``
+            keys, that the lane's workers run in parallel (0: no split).  One
+            completion per batch still.  Over TCP, byte tiles of stores mainly
+            leave bandwidth to concurrent reads (bench/RESULTS.md); they add no
+            throughput on a 2-core machine.
         replicate_config: a ``mooncake.store.ReplicateConfig`` used by puts
             (default: Mooncake's defaults).
         connect_timeout: seconds to wait for the master / metadata server to
@@ -569,6 +572,15 @@ class Client:
             raise error_for(rc, _binding.last_error())
         return res[0]
 
+    def _single_buffer(self, op: int, key: Any, buf: Any, writable: bool, flags: int = 0) -> int:
+        """One key and one buffer-protocol object: the zero-copy fast path."""
+        try:
+            cbuf = ffi.from_buffer(buf, require_writable=writable)
+        except (TypeError, BufferError):
+            what = "a writable buffer" if writable else "a bytes-like object"
+            raise TypeError(f"buffer #0 must be {what}, not {type(buf).__name__}") from None
+        return self._single(op, key, flags, [cbuf], [len(cbuf)])
+
     def _scratch(self) -> tuple[Any, Any, Any]:
         """This thread's reusable read buffer (pointer array, size array, cdata)."""
         local = self._tls
@@ -724,6 +736,12 @@ class Client:
         keys = _as_list(keys)
         if upsert and skip_existing:
             raise ValueError("upsert and skip_existing exclude each other")
+        if len(keys) == 1 and sizes is None and replicate_config is None:
+            buffers = _as_list(buffers, "buffers")
+            if len(buffers) == 1:
+                op = _OP_UPSERT if upsert else _OP_PUT
+                flags = _FLAG_SKIP_EXISTING if skip_existing else 0
+                return [self._single_buffer(op, keys[0], buffers[0], False, flags)]
         _, results = self._run(
             _OP_UPSERT if upsert else _OP_PUT,
             keys,
@@ -747,7 +765,10 @@ class Client:
         buffer is smaller than the value.
         """
         keys = _as_list(keys)
-        _, results = self._run(_OP_GET, keys, _as_list(buffers, "buffers"), sizes, writable=True)
+        buffers = _as_list(buffers, "buffers")
+        if len(keys) == 1 and len(buffers) == 1 and sizes is None:
+            return [self._single_buffer(_OP_GET, keys[0], buffers[0], True)]
+        _, results = self._run(_OP_GET, keys, buffers, sizes, writable=True)
         return results
 
     # ---------------------------------------------------------- async core

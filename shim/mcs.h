@@ -121,8 +121,8 @@ struct mcs_lanes {
                                   "fail at once". */
     uint32_t tile_keys;        /* split batches into tiles of at most this
                                   many keys run in parallel; 0 = no limit */
-    uint64_t tile_bytes;       /* ... and at most this many bytes (PUT/GET);
-                                  0 = no limit */
+    uint64_t tile_bytes;       /* ... and PUT/UPSERT batches into tiles of at
+                                  most this many bytes; 0 = no limit */
 };
 
 /* One finished batch, as returned by mcs_drain(). */

@@ -279,7 +279,9 @@ int Engine::tile_workers(int lane_id) const {
 std::vector<Tile> Engine::split(const std::shared_ptr<Batch> &b) const {
     std::vector<Tile> tiles;
     size_t n = b->keys.size();
-    bool by_bytes = tile_bytes_ && op_has_buffers(b->op);
+    // Byte tiles apply to stores only: splitting a read gains nothing over one
+    // TCP stream and makes its pieces wait for each other on the retrieve lane.
+    bool by_bytes = tile_bytes_ && (b->op == MCS_OP_PUT || b->op == MCS_OP_UPSERT);
     if ((!tile_keys_ || n <= tile_keys_) && !by_bytes) {
         tiles.push_back({b, 0, n});
         return tiles;

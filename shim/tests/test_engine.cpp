@@ -265,6 +265,27 @@ void test_tiles_make_exactly_one_completion() {
     CHECK(st.completed == 1 && st.keys == 10 && st.workers == 3);
 }
 
+void test_byte_tiles_split_stores_only() {
+    mcs_lanes lanes{};
+    lanes.store = 2;
+    lanes.retrieve = 2;
+    lanes.tile_bytes = 10;
+    Fixture f(lanes);
+    Keys k({"b0", "b1", "b2", "b3"});
+    std::string v(8, 'v');
+    void *bufs[] = {v.data(), v.data(), v.data(), v.data()};
+    uint64_t sizes[] = {8, 8, 8, 8};
+    int64_t res[4];
+    CHECK(f.run(MCS_OP_PUT, k, bufs, sizes, res) == 0);
+    std::vector<char> out(32);
+    void *obufs[] = {out.data(), out.data() + 8, out.data() + 16, out.data() + 24};
+    CHECK(f.run(MCS_OP_GET, k, obufs, sizes, res) == 0);
+    CHECK(res[0] == 8 && res[3] == 8);
+    mcs_lane_stats st{};
+    f.engine->lane_stats(MCS_LANE_STORE, &st);
+    CHECK(st.completed == 1 && st.keys == 4);
+}
+
 void test_lanes_isolate_lookups_from_blocked_stores() {
     mcs_lanes lanes{};
     lanes.lookup = 1;
@@ -558,6 +579,7 @@ int main() {
         {"invalid_batches_are_refused", test_invalid_batches_are_refused},
         {"first_error_is_kept_and_counted", test_first_error_is_kept_and_counted},
         {"tiles_make_exactly_one_completion", test_tiles_make_exactly_one_completion},
+        {"byte_tiles_split_stores_only", test_byte_tiles_split_stores_only},
         {"lanes_isolate_lookups_from_blocked_stores", test_lanes_isolate_lookups_from_blocked_stores},
         {"shared_pool_serves_unconfigured_lanes", test_shared_pool_serves_unconfigured_lanes},
         {"full_queue_fails_or_waits_as_configured", test_full_queue_fails_or_waits_as_configured},
