@@ -207,6 +207,11 @@ class Client:
             completion per batch still.  Over TCP, byte tiles of stores mainly
             leave bandwidth to concurrent reads (bench/RESULTS.md); they add no
             throughput on a 2-core machine.
+        coalesce_keys: a lane worker merges small get/exists batches (up to
+            16 keys each) that wait in its queue into one Mooncake call of at
+            most this many keys (default 64; 1 turns merging off).  Each batch
+            keeps its own results and completion; an idle lane never waits to
+            merge.
         replicate_config: a ``mooncake.store.ReplicateConfig`` used by puts
             (default: Mooncake's defaults).
         connect_timeout: seconds to wait for the master / metadata server to
@@ -227,6 +232,7 @@ class Client:
         queue_timeout: float | None = None,
         tile_bytes: int = 0,
         tile_keys: int = 0,
+        coalesce_keys: int = 0,
         replicate_config: Any = None,
         connect_timeout: float = 2.0,
     ) -> None:
@@ -283,6 +289,7 @@ class Client:
             ("queue_capacity", queue_capacity),
             ("tile_bytes", tile_bytes),
             ("tile_keys", tile_keys),
+            ("coalesce_keys", coalesce_keys),
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer")
@@ -299,6 +306,7 @@ class Client:
         lanes.queue_wait_ms = wait_ms
         lanes.tile_bytes = tile_bytes
         lanes.tile_keys = tile_keys
+        lanes.coalesce_keys = coalesce_keys
 
         items = list(cfg.setup_config.items())
         ckeys = [ffi.new("char[]", k.encode()) for k, _ in items]
@@ -875,6 +883,7 @@ class Client:
 
         Keys are lane names (``lookup``, ``retrieve``, ``store``, ``delete``,
         ``shared``); a lane served by the shared pool reports ``workers == 0``.
+        ``merged`` counts Mooncake calls that served several queued batches.
         """
         out: dict[str, dict[str, float]] = {}
         st = ffi.new("struct mcs_lane_stats *")
@@ -897,6 +906,7 @@ class Client:
                     "p90_us",
                     "p99_us",
                     "max_us",
+                    "merged",
                 )
             }
         return out

@@ -123,6 +123,11 @@ struct mcs_lanes {
                                   many keys run in parallel; 0 = no limit */
     uint64_t tile_bytes;       /* ... and PUT/UPSERT batches into tiles of at
                                   most this many bytes; 0 = no limit */
+    uint32_t coalesce_keys;    /* a worker merges small GET or EXISTS batches
+                                  (<= 16 keys) waiting in its lane into one
+                                  Mooncake call of at most this many keys;
+                                  each batch still gets its own completion.
+                                  0 = 64, 1 = never merge */
 };
 
 /* One finished batch, as returned by mcs_drain(). */
@@ -153,6 +158,7 @@ struct mcs_lane_stats {
     double p90_us;
     double p99_us;
     double max_us;
+    uint64_t merged;         /* Mooncake calls that served several batches */
 };
 
 typedef struct mcs_client mcs_client;

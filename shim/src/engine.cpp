@@ -142,10 +142,38 @@ void Lane::worker_loop() {
         if (queue_.empty()) return;  // stopping, and nothing left to run
         Tile tile = std::move(queue_.front());
         queue_.pop_front();
+        // Small GET/EXISTS batches waiting behind this one go along in the same
+        // Mooncake call: one round trip instead of one each.
+        std::vector<Tile> group;
+        uint32_t limit = engine_->coalesce_keys();
+        if (limit > 1 && !queue_.empty() && Engine::mergeable(tile)) {
+            const int op = tile.batch->op;
+            size_t keys = tile.end - tile.begin;
+            size_t scanned = 0;
+            for (auto it = queue_.begin(); it != queue_.end() && keys < limit && scanned < 256;
+                 scanned++) {
+                size_t k = it->end - it->begin;
+                if (Engine::mergeable(*it) && it->batch->op == op &&
+                    keys + k <= limit) {
+                    if (group.empty()) group.push_back(std::move(tile));
+                    keys += k;
+                    group.push_back(std::move(*it));
+                    it = queue_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            if (!group.empty()) merged_calls_++;
+        }
         running_++;
         lk.unlock();
-        engine_->run_tile(tile);
-        tile.batch.reset();
+        if (group.empty()) {
+            engine_->run_tile(tile);
+            tile.batch.reset();
+        } else {
+            engine_->run_merged(group);
+            group.clear();
+        }
         lk.lock();
         running_--;
         if (!queue_.empty()) cv_work_.notify_one();
@@ -180,6 +208,7 @@ void Lane::stats(mcs_lane_stats *out) {
     out->p90_us = hist_.percentile(90);
     out->p99_us = hist_.percentile(99);
     out->max_us = hist_.max();
+    out->merged = merged_calls_;
 }
 
 // ------------------------------------------------------------------- Engine
@@ -215,6 +244,8 @@ void Engine::validate_lanes(const mcs_lanes *cfg) {
         throw Error(MCS_E_INVALID_ARG, "num_workers must be at most 1024");
     if (cfg->queue_capacity > (1u << 24))
         throw Error(MCS_E_INVALID_ARG, "queue_capacity must be at most 16777216");
+    if (cfg->coalesce_keys > 65536)
+        throw Error(MCS_E_INVALID_ARG, "coalesce_keys must be at most 65536");
     if (cfg->queue_wait_ms < -1)
         throw Error(MCS_E_INVALID_ARG, "queue_wait_ms must be -1 (forever), 0 or positive");
     const uint32_t per[4] = {cfg->lookup, cfg->retrieve, cfg->store, cfg->del};
@@ -232,6 +263,7 @@ Engine::Engine(std::unique_ptr<Backend> backend, const mcs_lanes *cfg)
     uint32_t per[4] = {l.lookup, l.retrieve, l.store, l.del};
     tile_keys_ = l.tile_keys;
     tile_bytes_ = l.tile_bytes;
+    coalesce_keys_ = l.coalesce_keys ? l.coalesce_keys : 64;
 
     efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (efd_ < 0) throw Error(MCS_E_INTERNAL, std::string("eventfd: ") + strerror(errno));
@@ -497,6 +529,69 @@ void Engine::run_tile(const Tile &tile) {
     }
     finish_tile(b, b.results, begin, end, err);
     if (b.remaining.fetch_sub(1) == 1) complete(tile.batch);
+}
+
+bool Engine::mergeable(const Tile &t) {
+    int op = t.batch->op;
+    return (op == MCS_OP_GET || op == MCS_OP_EXISTS) && t.end - t.begin <= 16;
+}
+
+void Engine::run_merged(std::vector<Tile> &tiles) {
+    int op = tiles.front().batch->op;
+    StrVec keys;
+    std::vector<void *> bufs;
+    std::vector<size_t> sizes;
+    std::vector<const Tile *> merged, alone;
+    std::unordered_set<std::string_view> seen;
+    for (const Tile &t : tiles) {
+        const Batch &b = *t.batch;
+        bool clash = false;
+        for (size_t i = t.begin; i < t.end && !clash; i++) clash = seen.count(b.keys[i]) > 0;
+        if (clash) {  // Mooncake fills only one slot of a repeated key
+            alone.push_back(&t);
+            continue;
+        }
+        merged.push_back(&t);
+        for (size_t i = t.begin; i < t.end; i++) {
+            seen.insert(b.keys[i]);
+            keys.push_back(b.keys[i]);
+            if (op == MCS_OP_GET) {
+                bufs.push_back(b.bufs[i]);
+                sizes.push_back(b.sizes[i]);
+            }
+        }
+    }
+    std::vector<int64_t> res(keys.size(), MCS_E_INTERNAL);
+    std::string err;
+    try {
+        if (op == MCS_OP_EXISTS) {
+            std::vector<int> v = backend_->exists(keys);
+            if (v.size() == keys.size())
+                std::copy(v.begin(), v.end(), res.begin());
+            else
+                err = "Mooncake returned a wrong number of results";
+        } else {
+            std::vector<int64_t> v = backend_->get_into(keys, bufs, sizes);
+            if (v.size() == keys.size())
+                res = std::move(v);
+            else
+                err = "Mooncake returned a wrong number of results";
+        }
+    } catch (const std::exception &e) {
+        err = std::string("exception in Mooncake call: ") + e.what();
+    } catch (...) {
+        err = "unknown exception in Mooncake call";
+    }
+    size_t off = 0;
+    for (const Tile *t : merged) {
+        Batch &b = *t->batch;
+        size_t n = t->end - t->begin;
+        std::copy(res.begin() + off, res.begin() + off + n, b.results + t->begin);
+        off += n;
+        finish_tile(b, b.results, t->begin, t->end, err);
+        if (b.remaining.fetch_sub(1) == 1) complete(t->batch);
+    }
+    for (const Tile *t : alone) run_tile(*t);
 }
 
 void Engine::finish_tile(Batch &b, const int64_t *results, size_t begin, size_t end,

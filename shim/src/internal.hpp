@@ -126,6 +126,7 @@ private:
     bool stopping_ = false;
     std::vector<std::thread> threads_;
     uint64_t submitted_ = 0, completed_ = 0, failed_ = 0, keys_ = 0, rejected_ = 0;
+    uint64_t merged_calls_ = 0;
     Histogram hist_;
 };
 
@@ -196,6 +197,10 @@ public:
 
     // Used by lanes.
     void run_tile(const Tile &tile);
+    // Runs several small GET or EXISTS tiles as one backend call.
+    void run_merged(std::vector<Tile> &tiles);
+    static bool mergeable(const Tile &tile);
+    uint32_t coalesce_keys() const { return coalesce_keys_; }
     int tile_workers(int lane_id) const;
 
 private:
@@ -214,6 +219,7 @@ private:
     Lane *route_[6] = {};  // op -> lane
     uint32_t tile_keys_ = 0;
     uint64_t tile_bytes_ = 0;
+    uint32_t coalesce_keys_ = 64;
     std::atomic<const void *> default_rcfg_{nullptr};
     std::atomic<uint64_t> next_id_{1};
 

@@ -44,6 +44,8 @@ public:
     int fail_register_at = -1;  // index of the register call that fails
     int register_calls = 0;
     std::atomic<bool> block_puts{false};
+    std::atomic<bool> block_gets{false};
+    std::atomic<int> get_calls{0};
     std::atomic<int> puts_running{0};
     std::atomic<bool> torn_down{false};
     std::atomic<int> teardowns{0};
@@ -56,6 +58,8 @@ public:
     }
     std::vector<int64_t> get_into(const mcs::StrVec &keys, const std::vector<void *> &bufs,
                                   const std::vector<size_t> &sizes) override {
+        get_calls++;
+        while (block_gets.load()) std::this_thread::sleep_for(1ms);
         std::lock_guard<std::mutex> lk(mu);
         std::vector<int64_t> r;
         for (size_t i = 0; i < keys.size(); i++) {
@@ -284,6 +288,57 @@ void test_byte_tiles_split_stores_only() {
     mcs_lane_stats st{};
     f.engine->lane_stats(MCS_LANE_STORE, &st);
     CHECK(st.completed == 1 && st.keys == 4);
+}
+
+void test_waiting_small_gets_are_merged() {
+    for (uint32_t coalesce : {0u, 1u}) {
+        mcs_lanes lanes{};
+        lanes.retrieve = 1;
+        lanes.coalesce_keys = coalesce;
+        Fixture f(lanes);
+        {
+            std::lock_guard<std::mutex> lk(f.store->mu);
+            for (int i = 0; i < 10; i++) f.store->data["g" + std::to_string(i)] = std::string(i + 1, 'x');
+        }
+        f.store->block_gets = true;
+        // one batch occupies the single worker; 12 more wait (one repeats a key)
+        std::vector<Keys> keys;
+        keys.emplace_back(std::vector<std::string>{"g0"});
+        for (int i = 0; i < 10; i++) keys.emplace_back(std::vector<std::string>{"g" + std::to_string(i)});
+        keys.emplace_back(std::vector<std::string>{"g3"});  // repeats a key of the group
+        keys.emplace_back(std::vector<std::string>{"missing"});
+        std::vector<std::vector<char>> out(keys.size(), std::vector<char>(16));
+        std::vector<void *> bufs;
+        for (auto &o : out) bufs.push_back(o.data());
+        uint64_t size16[] = {16};
+        std::vector<int64_t> res(keys.size(), -1);
+        uint64_t id;
+        for (size_t i = 0; i < keys.size(); i++) {
+            CHECK(f.submit(MCS_OP_GET, keys[i], &bufs[i], size16, &res[i], &id) == 0);
+            if (i == 0) {
+                while (f.store->get_calls.load() == 0) std::this_thread::sleep_for(1ms);
+            }
+        }
+        f.store->block_gets = false;
+        auto got = f.drain_all(keys.size());
+        CHECK(got.size() == keys.size());  // one completion per batch, merged or not
+        CHECK(res[0] == 1 && res[11] == 4 && res[12] == -704);
+        for (int i = 0; i < 10; i++) {
+            CHECK(res[1 + i] == i + 1);
+            CHECK(out[1 + i][size_t(i)] == 'x');
+        }
+        mcs_lane_stats st{};
+        f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+        CHECK(st.completed == keys.size());
+        if (coalesce == 1) {
+            CHECK(f.store->get_calls.load() == int(keys.size()));
+            CHECK(st.merged == 0);
+        } else {
+            // the first call, one merged call, and the repeated "g3" on its own
+            CHECK(f.store->get_calls.load() == 3);
+            CHECK(st.merged == 1);
+        }
+    }
 }
 
 void test_lanes_isolate_lookups_from_blocked_stores() {
@@ -580,6 +635,7 @@ int main() {
         {"first_error_is_kept_and_counted", test_first_error_is_kept_and_counted},
         {"tiles_make_exactly_one_completion", test_tiles_make_exactly_one_completion},
         {"byte_tiles_split_stores_only", test_byte_tiles_split_stores_only},
+        {"waiting_small_gets_are_merged", test_waiting_small_gets_are_merged},
         {"lanes_isolate_lookups_from_blocked_stores", test_lanes_isolate_lookups_from_blocked_stores},
         {"shared_pool_serves_unconfigured_lanes", test_shared_pool_serves_unconfigured_lanes},
         {"full_queue_fails_or_waits_as_configured", test_full_queue_fails_or_waits_as_configured},
