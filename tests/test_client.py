@@ -403,3 +403,29 @@ def test_store_config_objects_and_json_are_accepted(cluster):
         c.put(unique(), b"1")
     with Client(json.dumps(cluster.client_config())) as c:
         assert c.exists(unique()) is False
+
+
+def test_queued_small_gets_are_merged_and_each_gets_its_own_result(cluster):
+    cfg = cluster.client_config(per_op_workers={"retrieve": 1})
+    with Client(cfg) as c:
+        keys = [unique() for _ in range(200)]
+        values = [os.urandom(100 + i) for i in range(200)]
+        assert c.batch_put(keys, values) == [0] * 200
+        bufs = [bytearray(512) for _ in keys]
+        ids = {c.submit("get", [k], [b]): i for i, (k, b) in enumerate(zip(keys, bufs))}
+        missing_id = c.submit("get", [unique("nope")], [bytearray(8)])
+        seen = {}
+        deadline = time.monotonic() + 30
+        while len(seen) < 201 and time.monotonic() < deadline:
+            c.wait(1.0)
+            for comp in c.drain():
+                assert comp.id not in seen
+                seen[comp.id] = comp
+        assert len(seen) == 201
+        for batch_id, i in ids.items():
+            assert seen[batch_id].results == [len(values[i])]
+            assert bytes(bufs[i][: len(values[i])]) == values[i]
+        assert seen[missing_id].results == [-704] and seen[missing_id].status == 0
+        st = c.stats()["retrieve"]
+        assert st["completed"] == 201
+        assert st["merged"] >= 1  # 201 batches queued behind one worker
