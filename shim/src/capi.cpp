@@ -212,13 +212,21 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
     }
 }
 
-int mcs_client_close(mcs_client *c) {
+}  // extern "C"
+
+namespace {
+
+// Closes a live handle (a forked child only marks it closed).  for_exit skips
+// Mooncake's teardown.
+int close_client(mcs_client *c, bool for_exit) {
     int rc = MCS_OK;
     mcs_client *h = acquire(c, rc);
     if (!h) return rc;
     try {
         if (forked(h))
             h->engine->abandon();
+        else if (for_exit)
+            h->engine->close_for_exit();
         else
             h->engine->close();
         rc = ok();
@@ -231,24 +239,13 @@ int mcs_client_close(mcs_client *c) {
     return rc;
 }
 
-int mcs_client_close_for_exit(mcs_client *c) {
-    int rc = MCS_OK;
-    mcs_client *h = acquire(c, rc);
-    if (!h) return rc;
-    try {
-        if (forked(h))
-            h->engine->abandon();
-        else
-            h->engine->close_for_exit();
-        rc = ok();
-    } catch (const std::exception &e) {
-        rc = fail(MCS_E_INTERNAL, std::string("exception while closing: ") + e.what());
-    } catch (...) {
-        rc = fail(MCS_E_INTERNAL, "exception while closing");
-    }
-    release(h);
-    return rc;
-}
+}  // namespace
+
+extern "C" {
+
+int mcs_client_close(mcs_client *c) { return close_client(c, false); }
+
+int mcs_client_close_for_exit(mcs_client *c) { return close_client(c, true); }
 
 int mcs_client_hostname(mcs_client *c, char *buf, size_t cap) {
     return with_open_client(c, [&](mcs::Engine &e) {
