@@ -368,3 +368,9 @@ def test_a_library_lacking_symbols_is_named(tmp_path):
     ).stdout
     assert out.startswith(str(lib.MCS_E_LOAD))
     assert "RealClient::create()" in out and "RealClient::batch_get_into" in out
+
+
+def test_every_function_is_in_the_man_page():
+    page = (REPO / "man" / "mcs.3").read_text()
+    for name in _declared_functions(_binding.HEADER_PATH.read_text()):
+        assert f"{name} ()" in page or f"{name}(" in page, f"{name} missing from man/mcs.3"
