@@ -1,8 +1,10 @@
 """Raw cffi binding of the shim (ABI mode): exposes ``ffi`` and ``lib`` only.
 
-The declarations come straight from the installed ``mcs.h`` (the text between its
+The declarations come straight from ``mcs.h`` (the text between its
 ``MCS_CDEF_BEGIN``/``MCS_CDEF_END`` markers, minus preprocessor lines), so the
-header is their single source.  Importing this module loads ``libmcs.so`` and
+header is their single source: the build turns it into cffi's out-of-line module
+``_mcs_ffi`` (fast to import), and the installed header is parsed at run time
+only if that module cannot be loaded.  Importing this module loads ``libmcs.so`` and
 refuses a library whose ABI version differs from the header's.
 """
 
@@ -12,8 +14,6 @@ import os
 import re
 import threading
 from pathlib import Path
-
-import cffi
 
 _HERE = Path(__file__).resolve().parent
 
@@ -46,8 +46,17 @@ def _library_path() -> Path:
 
 _header_text = HEADER_PATH.read_text()
 
-ffi = cffi.FFI()
-ffi.cdef(cdef_from_header(_header_text))
+try:
+    # Written from mcs.h by the build (shim/gen_ffi.py): no header parsing at import.
+    from ._mcs_ffi import ffi
+
+    PRECOMPILED = True
+except ImportError:  # e.g. a cffi runtime older than the one that built the package
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(cdef_from_header(_header_text))
+    PRECOMPILED = False
 
 try:
     lib = ffi.dlopen(str(_library_path()))

@@ -52,6 +52,19 @@ def test_cdef_matches_the_exported_symbols():
     assert declared == exported
 
 
+def test_declarations_are_precompiled_from_the_header():
+    assert _binding.PRECOMPILED  # the build's out-of-line module, not runtime parsing
+    import cffi
+
+    parsed = cffi.FFI()
+    parsed.cdef(_binding.cdef_from_header(_binding.HEADER_PATH.read_text()))
+    for struct in ("struct mcs_lanes", "struct mcs_completion", "struct mcs_lane_stats"):
+        assert ffi.sizeof(struct) == parsed.sizeof(struct)
+        assert [f for f, _ in ffi.typeof(struct).fields] == [
+            f for f, _ in parsed.typeof(struct).fields
+        ]
+
+
 def test_every_declared_function_resolves():
     for name in _declared_functions(_binding.HEADER_PATH.read_text()):
         assert getattr(lib, name) is not None
