@@ -72,6 +72,26 @@ void release(mcs_client *c) {
 }
 
 
+// Runs `body` (returning a status) with every exception turned into a status
+// and a message: no C++ exception crosses the C boundary.
+template <class F>
+int guarded(F &&body) {
+    int rc;
+    try {
+        rc = body();
+        if (rc >= 0) ok();
+    } catch (const mcs::Error &e) {
+        rc = fail(e.code, e.what());
+    } catch (const std::bad_alloc &) {
+        rc = fail(MCS_E_NOMEM, "out of memory");
+    } catch (const std::exception &e) {
+        rc = fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
+    } catch (...) {
+        rc = fail(MCS_E_INTERNAL, "unexpected non-standard exception");
+    }
+    return rc;
+}
+
 // Runs `body` on a live, open client of this process.
 template <class F>
 int with_open_client(mcs_client *c, F &&body) {
@@ -89,18 +109,7 @@ int with_open_client(mcs_client *c, F &&body) {
         release(h);
         return fail(rc, "the client is closed");
     }
-    try {
-        rc = body(*h->engine);
-        if (rc >= 0) ok();
-    } catch (const mcs::Error &e) {
-        rc = fail(e.code, e.what());
-    } catch (const std::bad_alloc &) {
-        rc = fail(MCS_E_NOMEM, "out of memory");
-    } catch (const std::exception &e) {
-        rc = fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
-    } catch (...) {
-        rc = fail(MCS_E_INTERNAL, "unexpected non-standard exception");
-    }
+    rc = guarded([&] { return body(*h->engine); });
     h->engine->leave();
     release(h);
     return rc;
@@ -116,16 +125,7 @@ int with_client(mcs_client *c, F &&body) {
         release(h);
         return fail(MCS_E_FORKED, "client used in a forked child");
     }
-    try {
-        rc = body(*h->engine);
-        if (rc >= 0) ok();
-    } catch (const mcs::Error &e) {
-        rc = fail(e.code, e.what());
-    } catch (const std::exception &e) {
-        rc = fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
-    } catch (...) {
-        rc = fail(MCS_E_INTERNAL, "unexpected non-standard exception");
-    }
+    rc = guarded([&] { return body(*h->engine); });
     release(h);
     return rc;
 }
@@ -154,15 +154,11 @@ const char *mcs_strerror(int code) { return mcs::error_text(code); }
 const char *mcs_last_error(void) { return t_last_error.c_str(); }
 
 int mcs_load(const char *store_so_path) {
-    try {
+    return guarded([&] {
         std::string msg;
         int rc = mcs::load_mooncake(store_so_path, msg);
-        return rc ? fail(rc, msg) : ok();
-    } catch (const std::exception &e) {
-        return fail(MCS_E_INTERNAL, e.what());
-    } catch (...) {
-        return fail(MCS_E_INTERNAL, "unexpected exception");
-    }
+        return rc ? fail(rc, msg) : MCS_OK;
+    });
 }
 
 int mcs_loaded(void) { return mcs::mooncake_loaded() ? 1 : 0; }
@@ -177,7 +173,7 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
     if (!out) return fail(MCS_E_INVALID_ARG, "out is NULL");
     *out = nullptr;
     if (n && (!keys || !values)) return fail(MCS_E_INVALID_ARG, "keys or values is NULL");
-    try {
+    return guarded([&]() -> int {
         mcs::StrVec k, v;
         for (size_t i = 0; i < n; i++) {
             if (!keys[i] || !values[i])
@@ -200,16 +196,8 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
             g_registry->insert(h.get());
         }
         *out = h.release();
-        return ok();
-    } catch (const mcs::Error &e) {
-        return fail(e.code, e.what());
-    } catch (const std::bad_alloc &) {
-        return fail(MCS_E_NOMEM, "out of memory");
-    } catch (const std::exception &e) {
-        return fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
-    } catch (...) {
-        return fail(MCS_E_INTERNAL, "unexpected non-standard exception");
-    }
+        return MCS_OK;
+    });
 }
 
 }  // extern "C"
@@ -222,19 +210,15 @@ int close_client(mcs_client *c, bool for_exit) {
     int rc = MCS_OK;
     mcs_client *h = acquire(c, rc);
     if (!h) return rc;
-    try {
+    rc = guarded([&] {
         if (forked(h))
             h->engine->abandon();
         else if (for_exit)
             h->engine->close_for_exit();
         else
             h->engine->close();
-        rc = ok();
-    } catch (const std::exception &e) {
-        rc = fail(MCS_E_INTERNAL, std::string("exception while closing: ") + e.what());
-    } catch (...) {
-        rc = fail(MCS_E_INTERNAL, "exception while closing");
-    }
+        return MCS_OK;
+    });
     release(h);
     return rc;
 }
