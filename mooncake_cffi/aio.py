@@ -11,13 +11,11 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .client import EXISTED, Client, Completion
+from .client import _OP_NAMES, EXISTED, Client, Completion, _batch_get_plan
 from .config import StoreConfig
-from .errors import OBJECT_NOT_FOUND, QueueFullError, error_for
+from .errors import INVALID_PARAMS, OBJECT_NOT_FOUND, QueueFullError, error_for
 
 __all__ = ["AsyncClient"]
-
-_INVALID_PARAMS = -600
 
 
 class AsyncClient:
@@ -93,7 +91,7 @@ class AsyncClient:
     async def batch_exists(self, keys: Sequence[str | bytes]) -> list[bool]:
         """Whether each key exists."""
         comp = await self.submit("exists", keys)
-        _raise_key_errors(keys, comp.results, ())
+        self.client._raise_key_errors(keys, comp.results, ())
         return [r == 1 for r in comp.results]
 
     async def get(self, key: str | bytes, size_hint: int = 16384) -> bytes | None:
@@ -109,37 +107,20 @@ class AsyncClient:
                 return bytes(memoryview(buf)[:r])
             if r == OBJECT_NOT_FOUND:
                 return None
-            if r != _INVALID_PARAMS:
+            if r != INVALID_PARAMS:
                 raise error_for(r, f"key {key!r}")
         return (await self.batch_get([key]))[0]
 
     async def batch_get(self, keys: Sequence[str | bytes]) -> list[bytes | None]:
         """Values of the keys (None where missing)."""
-        keys = list(keys)
-        sizes = (await self.submit("size", keys)).results
-        _raise_key_errors(keys, sizes, (OBJECT_NOT_FOUND,))
-        out: list[bytes | None] = [None] * len(keys)
-        idx = [i for i, s in enumerate(sizes) if s >= 0]
-        for _attempt in range(3):
-            if not idx:
-                break
-            bufs = [bytearray(max(1, sizes[i])) for i in idx]
-            got = (await self.submit("get", [keys[i] for i in idx], bufs)).results
-            retry = []
-            for i, b, r in zip(idx, bufs, got):
-                if r >= 0:
-                    out[i] = bytes(b[:r])
-                elif r == _INVALID_PARAMS:
-                    retry.append(i)
-                elif r != OBJECT_NOT_FOUND:
-                    raise error_for(r, f"key {keys[i]!r}", got)
-            if not retry:
-                break
-            new = (await self.submit("size", [keys[i] for i in retry])).results
-            for i, s in zip(retry, new):
-                sizes[i] = s
-            idx = [i for i in retry if sizes[i] >= 0]
-        return out
+        plan = _batch_get_plan(list(keys), self.client._raise_key_errors)
+        op, ks, bufs = next(plan)
+        while True:
+            results = (await self.submit(_OP_NAMES[op], ks, bufs)).results
+            try:
+                op, ks, bufs = plan.send(results)
+            except StopIteration as done:
+                return done.value
 
     async def get_into(
         self,
@@ -153,12 +134,12 @@ class AsyncClient:
     async def put(self, key: str | bytes, value: Any) -> None:
         """Store ``value`` (first writer wins, as :meth:`Client.put`)."""
         res = await self.batch_put([key], [value])
-        _raise_key_errors([key], res, ())
+        self.client._raise_key_errors([key], res, (), [self.client._nbytes(value)])
 
     async def upsert(self, key: str | bytes, value: Any) -> None:
         """Store ``value``, replacing any existing one."""
         comp = await self.submit("upsert", [key], [value])
-        _raise_key_errors([key], comp.results, ())
+        self.client._raise_key_errors([key], comp.results, (), [self.client._nbytes(value)])
 
     async def batch_put(
         self, keys: Sequence[str | bytes], values: Sequence[Any], *, skip_existing: bool = False
@@ -176,7 +157,7 @@ class AsyncClient:
         res = await self.batch_remove([key], force=force)
         if res[0] == OBJECT_NOT_FOUND:
             return False
-        _raise_key_errors([key], res, ())
+        self.client._raise_key_errors([key], res, ())
         return True
 
     async def batch_remove(self, keys: Sequence[str | bytes], force: bool = False) -> list[int]:
@@ -203,12 +184,6 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _raise_key_errors(keys: Sequence[Any], results: Sequence[int], allow: Sequence[int]) -> None:
-    for k, r in zip(keys, results):
-        if r < 0 and r not in allow:
-            raise error_for(r, f"key {k!r}", results)
 
 
 __all__ += ["EXISTED"]

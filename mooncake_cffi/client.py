@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import os
 import threading
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from . import _binding
 from ._binding import ffi, lib
 from .config import StoreConfig
 from .errors import (
+    INVALID_PARAMS,
     NO_AVAILABLE_HANDLE,
     OBJECT_NOT_FOUND,
     ClosedError,
@@ -39,12 +39,26 @@ EXISTED = 1
 #: Lane names, in the shim's order.
 LANES = ("lookup", "retrieve", "store", "delete", "shared")
 
-_OP_EXISTS, _OP_GET, _OP_PUT, _OP_UPSERT, _OP_REMOVE, _OP_SIZE = range(6)
-_OP_NAMES = ("exists", "get", "put", "upsert", "remove", "size")
-_FLAG_FORCE = 1
-_FLAG_SKIP_EXISTING = 2
-_INVALID_PARAMS = -600
+# Operation and flag values come from mcs.h (through cffi).
+_OP_EXISTS, _OP_GET, _OP_PUT = lib.MCS_OP_EXISTS, lib.MCS_OP_GET, lib.MCS_OP_PUT
+_OP_UPSERT, _OP_REMOVE, _OP_SIZE = lib.MCS_OP_UPSERT, lib.MCS_OP_REMOVE, lib.MCS_OP_SIZE
+_OP_NAMES = {
+    _OP_EXISTS: "exists",
+    _OP_GET: "get",
+    _OP_PUT: "put",
+    _OP_UPSERT: "upsert",
+    _OP_REMOVE: "remove",
+    _OP_SIZE: "size",
+}
+_OP_CODES = {name: code for code, name in _OP_NAMES.items()}
+_FLAG_FORCE = lib.MCS_FLAG_FORCE
+_FLAG_SKIP_EXISTING = lib.MCS_FLAG_SKIP_EXISTING
 _NULL = ffi.NULL
+_E_INVALID_ARG = lib.MCS_E_INVALID_ARG
+_E_CLOSED = lib.MCS_E_CLOSED
+_E_TIMEOUT = lib.MCS_E_TIMEOUT
+#: Shim codes start here; anything above is 0 or one of Mooncake's ErrorCodes.
+_SHIM_CODES = -10000
 _SCRATCH_BYTES = 256 * 1024
 
 
@@ -68,9 +82,9 @@ def _encode_key(key: Any, index: int) -> bytes:
     else:
         raise TypeError(f"key #{index} must be str or bytes, not {type(key).__name__}")
     if not kb:
-        raise InvalidArgumentError(-10001, f"key #{index} is empty")
+        raise InvalidArgumentError(_E_INVALID_ARG, f"key #{index} is empty")
     if b"\0" in kb:
-        raise InvalidArgumentError(-10001, f"key #{index} contains a NUL byte")
+        raise InvalidArgumentError(_E_INVALID_ARG, f"key #{index} contains a NUL byte")
     return kb
 
 
@@ -78,6 +92,51 @@ def _key_array(keys: Sequence[Any]) -> tuple[Any, list[Any]]:
     """A ``const char *[]`` for the keys, and the cdata keeping them alive."""
     owned = [ffi.new("char[]", _encode_key(k, i)) for i, k in enumerate(keys)]
     return ffi.new("char *[]", owned), owned
+
+
+def _from_buffer(buf: Any, index: int, writable: bool) -> Any:
+    """cdata over a buffer-protocol object, or a TypeError naming the buffer."""
+    try:
+        return ffi.from_buffer(buf, require_writable=writable)
+    except (TypeError, BufferError):
+        what = "a writable buffer" if writable else "a bytes-like object"
+        raise TypeError(f"buffer #{index} must be {what}, not {type(buf).__name__}") from None
+
+
+def _batch_get_plan(
+    keys: list[Any], raise_key_errors: Callable[..., None]
+) -> Generator[tuple[int, list[Any], list[bytearray] | None], list[int], list[bytes | None]]:
+    """How a batch get proceeds, for a synchronous and an asynchronous driver.
+
+    Yields requests ``(op, keys, buffers)``, receives each one's per-key results
+    and returns the values (None where missing): size the keys, read them into
+    buffers of that size, and size again and re-read (up to 3 rounds) a key whose
+    value was replaced by a larger one meanwhile.
+    """
+    sizes = yield _OP_SIZE, keys, None
+    raise_key_errors(keys, sizes, (OBJECT_NOT_FOUND,))
+    out: list[bytes | None] = [None] * len(keys)
+    idx = [i for i, s in enumerate(sizes) if s >= 0]
+    for _attempt in range(3):
+        if not idx:
+            break
+        bufs = [bytearray(max(1, sizes[i])) for i in idx]
+        got = yield _OP_GET, [keys[i] for i in idx], bufs
+        retry = []
+        for i, b, r in zip(idx, bufs, got):
+            if r >= 0:
+                out[i] = bytes(memoryview(b)[:r])
+            elif r == INVALID_PARAMS:
+                retry.append(i)  # replaced by a larger value meanwhile
+            elif r != OBJECT_NOT_FOUND:
+                raise error_for(r, f"key {keys[i]!r}: {_binding.strerror(r)}", got)
+        if not retry:
+            break
+        new_sizes = yield _OP_SIZE, [keys[i] for i in retry], None
+        for i, s in zip(retry, new_sizes):
+            sizes[i] = s
+        idx = [i for i in retry if sizes[i] >= 0]
+    return out
 
 
 def _as_list(keys: Any, what: str = "keys") -> list[Any]:
@@ -324,7 +383,6 @@ class Client:
             )
         )
         self._handle = out[0]
-        self._pid = os.getpid()
         _live_clients.add(self)
         try:
             from mooncake.store import ReplicateConfig
@@ -357,10 +415,7 @@ class Client:
                 return
             self._closed = True
             handle = self._handle
-        if os.getpid() != getattr(self, "_pid", os.getpid()):
-            # A forked child must not tear down the parent's client.
-            lib.mcs_client_close(handle)
-            return
+        # In a forked child the shim only marks the parent's client closed.
         lib.mcs_client_close(handle)
         _live_clients.discard(self)
 
@@ -438,7 +493,7 @@ class Client:
 
     def _h(self) -> Any:
         if self._handle is None:
-            raise ClosedError(-10003, "the client is closed")
+            raise ClosedError(_E_CLOSED, "the client is closed")
         return self._handle
 
     # ------------------------------------------------------------ plumbing
@@ -454,30 +509,24 @@ class Client:
     ) -> tuple[Any, ...]:
         n = len(keys)
         if n == 0:
-            raise InvalidArgumentError(-10001, "empty batch: give at least one key")
+            raise InvalidArgumentError(_E_INVALID_ARG, "empty batch: give at least one key")
         karr, kown = _key_array(keys)
         if buffers is None:
             return karr, kown, _NULL, _NULL, None, None, _NULL
         if len(buffers) != n:
             raise InvalidArgumentError(
-                -10001, f"{n} keys but {len(buffers)} buffers: they must pair up"
+                _E_INVALID_ARG, f"{n} keys but {len(buffers)} buffers: they must pair up"
             )
-        cbufs = []
-        for i, b in enumerate(buffers):
-            try:
-                cbufs.append(ffi.from_buffer(b, require_writable=writable))
-            except (TypeError, BufferError):
-                what = "a writable buffer" if writable else "a bytes-like object"
-                raise TypeError(f"buffer #{i} must be {what}, not {type(b).__name__}") from None
+        cbufs = [_from_buffer(b, i, writable) for i, b in enumerate(buffers)]
         if sizes is None:
             csizes = ffi.new("uint64_t[]", [len(b) for b in cbufs])
         else:
             if len(sizes) != n:
-                raise InvalidArgumentError(-10001, f"{n} keys but {len(sizes)} sizes")
+                raise InvalidArgumentError(_E_INVALID_ARG, f"{n} keys but {len(sizes)} sizes")
             for i, (s, b) in enumerate(zip(sizes, cbufs)):
                 if s > len(b):
                     raise InvalidArgumentError(
-                        -10001, f"size #{i} ({s}) exceeds its buffer ({len(b)} bytes)"
+                        _E_INVALID_ARG, f"size #{i} ({s}) exceeds its buffer ({len(b)} bytes)"
                     )
             csizes = ffi.new("uint64_t[]", list(sizes))
         barr = ffi.new("void *[]", cbufs)
@@ -503,7 +552,7 @@ class Client:
         res = ffi.new("int64_t[]", n)
         rc = lib.mcs_run(self._h(), op, karr, n, barr, csizes, res, flags, rc_ptr)
         results = ffi.unpack(res, n)
-        if rc <= -10000:
+        if rc <= _SHIM_CODES:
             # refused or failed as a whole (shim codes): results are not meaningful
             raise error_for(rc, _binding.last_error())
         # 0, or a Mooncake code for a per-key failure: the results say which keys
@@ -576,17 +625,13 @@ class Client:
             flags,
             _NULL,
         )
-        if rc <= -10000:
+        if rc <= _SHIM_CODES:
             raise error_for(rc, _binding.last_error())
         return res[0]
 
     def _single_buffer(self, op: int, key: Any, buf: Any, writable: bool, flags: int = 0) -> int:
         """One key and one buffer-protocol object: the zero-copy fast path."""
-        try:
-            cbuf = ffi.from_buffer(buf, require_writable=writable)
-        except (TypeError, BufferError):
-            what = "a writable buffer" if writable else "a bytes-like object"
-            raise TypeError(f"buffer #0 must be {what}, not {type(buf).__name__}") from None
+        cbuf = _from_buffer(buf, 0, writable)
         return self._single(op, key, flags, [cbuf], [len(cbuf)])
 
     def _scratch(self) -> tuple[Any, Any, Any]:
@@ -616,7 +661,7 @@ class Client:
                 return ffi.buffer(data, r)[:]
             if r == OBJECT_NOT_FOUND:
                 return None
-            if r != _INVALID_PARAMS:  # anything but "buffer too small"
+            if r != INVALID_PARAMS:  # anything but "buffer too small"
                 raise error_for(r, f"key {key!r}: {_binding.strerror(r)}")
         return self.batch_get([key])[0]
 
@@ -683,33 +728,14 @@ class Client:
 
     def batch_get(self, keys: Sequence[str | bytes]) -> list[bytes | None]:
         """Values of the keys (None for a missing key), read as one batch."""
-        keys = _as_list(keys)
-        _, sizes = self._run(_OP_SIZE, keys)
-        self._raise_key_errors(keys, sizes, (OBJECT_NOT_FOUND,))
-        out: list[bytes | None] = [None] * len(keys)
-        idx = [i for i, s in enumerate(sizes) if s >= 0]
-        for _attempt in range(3):
-            if not idx:
-                break
-            bufs = [bytearray(max(1, sizes[i])) for i in idx]
-            _, got = self._run(_OP_GET, [keys[i] for i in idx], bufs, writable=True)
-            retry = []
-            for i, b, r in zip(idx, bufs, got):
-                if r >= 0:
-                    out[i] = bytes(b[:r]) if r != len(b) else bytes(b)
-                elif r == OBJECT_NOT_FOUND:
-                    out[i] = None
-                elif r == _INVALID_PARAMS:
-                    retry.append(i)  # replaced by a larger value meanwhile
-                else:
-                    raise error_for(r, f"key {keys[i]!r}: {_binding.strerror(r)}", got)
-            if not retry:
-                break
-            _, new_sizes = self._run(_OP_SIZE, [keys[i] for i in retry])
-            for i, s in zip(retry, new_sizes):
-                sizes[i] = s
-            idx = [i for i in retry if sizes[i] >= 0]
-        return out
+        plan = _batch_get_plan(_as_list(keys), self._raise_key_errors)
+        op, ks, bufs = next(plan)
+        while True:
+            _, results = self._run(op, ks, bufs, writable=bufs is not None)
+            try:
+                op, ks, bufs = plan.send(results)
+            except StopIteration as done:
+                return done.value
 
     def batch_exists(self, keys: Sequence[str | bytes]) -> list[bool]:
         """Whether each key exists, looked up as one batch."""
@@ -803,9 +829,9 @@ class Client:
         readable when one is waiting.
         """
         try:
-            code = _OP_NAMES.index(op)
-        except ValueError:
-            raise ValueError(f"unknown op {op!r}; expected one of {', '.join(_OP_NAMES)}") from None
+            code = _OP_CODES[op]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown op {op!r}; expected one of {', '.join(_OP_CODES)}") from None
         keys = _as_list(keys)
         needs_buffers = code in (_OP_GET, _OP_PUT, _OP_UPSERT)
         if needs_buffers and buffers is None:
@@ -860,7 +886,7 @@ class Client:
         """Block until a completion is waiting (True) or ``timeout`` seconds pass (False)."""
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
         rc = lib.mcs_wait(self._h(), ms)
-        if rc == -10012:
+        if rc == _E_TIMEOUT:
             return False
         check(rc)
         return True

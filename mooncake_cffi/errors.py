@@ -106,15 +106,15 @@ _BY_CODE: dict[int, type[MooncakeError]] = {
     TRANSFER_FAIL: TransportError,
     RPC_FAIL: TransportError,
     RPC_TIMEOUT: TransportError,
-    -10001: InvalidArgumentError,  # MCS_E_INVALID_ARG
-    -10002: ClosedError,  # MCS_E_INVALID_HANDLE
-    -10003: ClosedError,  # MCS_E_CLOSED
-    -10004: ForkedError,  # MCS_E_FORKED
-    -10007: QueueFullError,  # MCS_E_QUEUE_FULL
-    -10008: L1Error,  # MCS_E_OUTSIDE_L1
-    -10009: InvalidArgumentError,  # MCS_E_DUPLICATE_KEY
-    -10010: TransportError,  # MCS_E_UNREACHABLE
-    -10012: MooncakeTimeoutError,  # MCS_E_TIMEOUT
+    _binding.lib.MCS_E_INVALID_ARG: InvalidArgumentError,
+    _binding.lib.MCS_E_INVALID_HANDLE: ClosedError,
+    _binding.lib.MCS_E_CLOSED: ClosedError,
+    _binding.lib.MCS_E_FORKED: ForkedError,
+    _binding.lib.MCS_E_QUEUE_FULL: QueueFullError,
+    _binding.lib.MCS_E_OUTSIDE_L1: L1Error,
+    _binding.lib.MCS_E_DUPLICATE_KEY: InvalidArgumentError,
+    _binding.lib.MCS_E_UNREACHABLE: TransportError,
+    _binding.lib.MCS_E_TIMEOUT: MooncakeTimeoutError,
 }
 
 
