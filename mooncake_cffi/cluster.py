@@ -696,14 +696,24 @@ class LocalCluster:
         )
         return result
 
-    def _status_health(self, result: dict[str, Any], errors: list[str]) -> None:
+    def _status_get(
+        self, path: str, errors: list[str], timeout: float = _HTTP_TIMEOUT
+    ) -> tuple[int, str] | None:
+        """A GET for status(): None if it failed; failures and non-200 go to ``errors``."""
         try:
-            code, body = self._get("/health")
+            code, body = self._get(path, timeout=timeout)
         except OSError as exc:
-            errors.append(f"/health: {exc}")
-            return
+            errors.append(f"{path}: {exc}")
+            return None
         if code != 200:
-            errors.append(f"/health: HTTP {code}")
+            errors.append(f"{path}: HTTP {code}")
+        return code, body
+
+    def _status_health(self, result: dict[str, Any], errors: list[str]) -> None:
+        got = self._status_get("/health", errors)
+        if got is None:
+            return
+        body = got[1]  # parsed whatever the status: it says why
         try:
             health = json.loads(body)
         except ValueError:
@@ -713,14 +723,10 @@ class LocalCluster:
     def _status_metrics(
         self, result: dict[str, Any], errors: list[str]
     ) -> dict[str, list[tuple[dict[str, str], float]]] | None:
-        try:
-            code, body = self._get("/metrics")
-        except OSError as exc:
-            errors.append(f"/metrics: {exc}")
+        got = self._status_get("/metrics", errors)
+        if got is None or got[0] != 200:
             return None
-        if code != 200:
-            errors.append(f"/metrics: HTTP {code}")
-            return None
+        body = got[1]
         samples = _parse_prometheus(body)
         memory = result["memory"]
         result["key_count"] = _scalar(samples, "master_key_count")
@@ -741,14 +747,10 @@ class LocalCluster:
         return samples
 
     def _status_summary(self, result: dict[str, Any], errors: list[str]) -> None:
-        try:
-            code, body = self._get("/metrics/summary")
-        except OSError as exc:
-            errors.append(f"/metrics/summary: {exc}")
+        got = self._status_get("/metrics/summary", errors)
+        if got is None or got[0] != 200:
             return
-        if code != 200:
-            errors.append(f"/metrics/summary: HTTP {code}")
-            return
+        body = got[1]
         keys = _SUMMARY_KEYS_RE.search(body)
         if keys and result["key_count"] is None:
             result["key_count"] = int(keys.group(1))
@@ -759,15 +761,9 @@ class LocalCluster:
             result["memory"]["total_bytes"] = _human_bytes(mem.group(2))
 
     def _status_all_keys(self, result: dict[str, Any], errors: list[str]) -> None:
-        try:
-            code, body = self._get("/get_all_keys", timeout=5.0)
-        except OSError as exc:
-            errors.append(f"/get_all_keys: {exc}")
-            return
-        if code == 200:
-            result["key_count"] = sum(1 for line in body.splitlines() if line.strip())
-        else:
-            errors.append(f"/get_all_keys: HTTP {code}")
+        got = self._status_get("/get_all_keys", errors, timeout=5.0)
+        if got is not None and got[0] == 200:
+            result["key_count"] = sum(1 for line in got[1].splitlines() if line.strip())
 
     # -- context manager -------------------------------------------------------------------
 
