@@ -3,16 +3,20 @@
 Usage: gen_ffi.py HEADER OUTPUT.py
 """
 
-import re
+import importlib.util
 import sys
+from pathlib import Path
 
 import cffi
 
 
-def cdef_from_header(text: str) -> str:
-    body = text.split("/* MCS_CDEF_BEGIN */", 1)[1].split("/* MCS_CDEF_END */", 1)[0]
-    lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("#")]
-    return re.sub(r"\bMCS_API\s+", "", "\n".join(lines))
+def _load_cdef_module():
+    """mooncake_cffi/_cdef.py, the package's own header reader, loaded by path."""
+    path = Path(__file__).resolve().parent.parent / "mooncake_cffi" / "_cdef.py"
+    spec = importlib.util.spec_from_file_location("_mcs_cdef", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
@@ -20,7 +24,7 @@ def main() -> None:
     with open(header) as f:
         text = f.read()
     builder = cffi.FFI()
-    builder.cdef(cdef_from_header(text))
+    builder.cdef(_load_cdef_module().cdef_from_header(text))
     builder.set_source("mooncake_cffi._mcs_ffi", None)
     builder.emit_python_code(output)
 
