@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from mooncake_cffi.status import NO_AVAILABLE_HANDLE, OBJECT_HAS_LEASE, OBJECT_NOT_FOUND
+
 from .context import Settings, connection_options, output_options, pass_settings
 from .context import state_dir_option as _state_dir_option
 from .errors import (
@@ -55,10 +57,6 @@ MAX_KEY_LINES = 50
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-# Mooncake status codes the commands branch on (mooncake_cffi.errors has the same values).
-OBJECT_NOT_FOUND = -704
-OBJECT_HAS_LEASE = -706
-NO_AVAILABLE_HANDLE = -200
 LEASE_MESSAGE = (
     "has a read lease (OBJECT_HAS_LEASE): it was read in the last ~10 s; retry later or use --force"
 )

@@ -15,13 +15,13 @@ import mmap
 from collections.abc import Sequence
 from typing import Any
 
+from mooncake_cffi.status import INVALID_PARAMS, OBJECT_NOT_FOUND
+
 from .errors import CliError
 
 #: Staging area registered as L1 when RDMA needs one and --l1-size is not given.
 DEFAULT_L1_BYTES = 256 << 20
 
-_OBJECT_NOT_FOUND = -704
-_INVALID_PARAMS = -600
 _EXISTED = 1
 
 
@@ -78,9 +78,9 @@ class Transfer:
             for i, buf, n in zip(idx, bufs, got, strict=True):
                 if n >= 0:
                     out[i] = bytes(buf[:n])
-                elif n == _OBJECT_NOT_FOUND:
+                elif n == OBJECT_NOT_FOUND:
                     out[i] = None
-                elif n == _INVALID_PARAMS:  # replaced by a larger value meanwhile: once more
+                elif n == INVALID_PARAMS:  # replaced by a larger value meanwhile: once more
                     out[i] = self._get_one(keys[i])
                 else:
                     from mooncake_cffi.errors import error_for
@@ -94,7 +94,7 @@ class Transfer:
             return None
         (buf,) = self._slots([size])
         (n,) = self.client.get_into([key], [buf])
-        if n == _OBJECT_NOT_FOUND:
+        if n == OBJECT_NOT_FOUND:
             return None
         if n < 0:
             from mooncake_cffi.errors import error_for

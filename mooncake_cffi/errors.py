@@ -11,7 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import _binding
+from . import _binding, status
+from .status import (
+    INVALID_PARAMS,
+    MCS_E_CLOSED,
+    MCS_E_DUPLICATE_KEY,
+    MCS_E_FORKED,
+    MCS_E_INVALID_ARG,
+    MCS_E_INVALID_HANDLE,
+    MCS_E_OUTSIDE_L1,
+    MCS_E_QUEUE_FULL,
+    MCS_E_TIMEOUT,
+    MCS_E_UNREACHABLE,
+    NO_AVAILABLE_HANDLE,
+    OBJECT_HAS_LEASE,
+    OBJECT_NOT_FOUND,
+    RPC_FAIL,
+    RPC_TIMEOUT,
+    TRANSFER_FAIL,
+)
 
 __all__ = [
     "MooncakeError",
@@ -30,15 +48,6 @@ __all__ = [
     "check",
 ]
 
-# Mooncake ErrorCode values used for branching.
-OBJECT_NOT_FOUND = -704
-OBJECT_HAS_LEASE = -706
-NO_AVAILABLE_HANDLE = -200
-INVALID_PARAMS = -600
-TRANSFER_FAIL = -800
-RPC_FAIL = -900
-RPC_TIMEOUT = -901
-
 
 class MooncakeError(Exception):
     """A failed operation.
@@ -48,12 +57,16 @@ class MooncakeError(Exception):
         name: its symbolic name, e.g. ``"OBJECT_HAS_LEASE"``.
         message: what went wrong, in words.
         results: per-key results of the batch, when the error concerns a batch.
+        retryable: True when the same call may succeed if tried again (a full pool,
+            a failed transfer or RPC, a timeout, a replica not yet ready); False for
+            bad input, a closed client, a missing key.
     """
 
     def __init__(self, code: int, message: str = "", results: Sequence[int] | None = None):
         self.code = int(code)
-        self.name = error_name(self.code)
-        self.message = message or _binding.strerror(self.code)
+        self.name = status.name(self.code)
+        self.message = message or status.text(self.code)
+        self.retryable = status.is_retryable(self.code)
         self.results = list(results) if results is not None else None
         super().__init__(f"{self.name} ({self.code}): {self.message}")
 
@@ -106,21 +119,21 @@ _BY_CODE: dict[int, type[MooncakeError]] = {
     TRANSFER_FAIL: TransportError,
     RPC_FAIL: TransportError,
     RPC_TIMEOUT: TransportError,
-    _binding.lib.MCS_E_INVALID_ARG: InvalidArgumentError,
-    _binding.lib.MCS_E_INVALID_HANDLE: ClosedError,
-    _binding.lib.MCS_E_CLOSED: ClosedError,
-    _binding.lib.MCS_E_FORKED: ForkedError,
-    _binding.lib.MCS_E_QUEUE_FULL: QueueFullError,
-    _binding.lib.MCS_E_OUTSIDE_L1: L1Error,
-    _binding.lib.MCS_E_DUPLICATE_KEY: InvalidArgumentError,
-    _binding.lib.MCS_E_UNREACHABLE: TransportError,
-    _binding.lib.MCS_E_TIMEOUT: MooncakeTimeoutError,
+    MCS_E_INVALID_ARG: InvalidArgumentError,
+    MCS_E_INVALID_HANDLE: ClosedError,
+    MCS_E_CLOSED: ClosedError,
+    MCS_E_FORKED: ForkedError,
+    MCS_E_QUEUE_FULL: QueueFullError,
+    MCS_E_OUTSIDE_L1: L1Error,
+    MCS_E_DUPLICATE_KEY: InvalidArgumentError,
+    MCS_E_UNREACHABLE: TransportError,
+    MCS_E_TIMEOUT: MooncakeTimeoutError,
 }
 
 
 def error_name(code: int) -> str:
     """Symbolic name of a status code (``"OK"`` for 0, ``"UNKNOWN_ERROR"`` if unknown)."""
-    return _binding.error_name(int(code))
+    return status.name(code)
 
 
 def error_for(code: int, message: str = "", results: Sequence[int] | None = None) -> MooncakeError:
