@@ -1,0 +1,106 @@
+"""The ``mcl2`` click group and what every command shares: library errors turned into
+click errors, the version option, and the decorators that give data commands their shared
+options.  Commands live in :mod:`.data` (keys) and :mod:`.cluster_cmd` (the local cluster);
+:mod:`.main` is the console script.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .context import connection_options, output_options
+from .errors import CliError, StoreError
+
+__all__ = [
+    "CONTEXT_SETTINGS",
+    "cli",
+    "key_command",
+    "keys_from_option",
+    "load_local",
+    "own_options_first",
+]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Mcl2Group(click.Group):
+    """A click group that turns library exceptions into ClickExceptions (no tracebacks)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from mooncake_cffi.cluster import ClusterError
+        from mooncake_cffi.errors import MooncakeError
+
+        try:
+            return super().invoke(ctx)
+        except MooncakeError as exc:
+            raise StoreError.wrap(exc) from None
+        except ClusterError as exc:
+            raise CliError(str(exc)) from None
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # click turns a closed pipe into a quiet exit 1
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise CliError(f"{where}{exc.strerror or exc}") from None
+
+
+def _version() -> str:
+    try:
+        from mooncake_cffi import __version__
+
+        return __version__
+    except Exception:  # pragma: no cover - broken installation
+        return "unknown"
+
+
+@click.group(cls=Mcl2Group, context_settings=CONTEXT_SETTINGS)
+@click.version_option(_version(), "-V", "--version", prog_name="mcl2")
+@connection_options(top_level=True)
+@output_options(
+    json_help="Print results as JSON on stdout (put, get -o/-d, exists, rm, stat, cluster status)."
+)
+def cli() -> None:
+    """Put, get, check and remove keys in a Mooncake Store, and run a local cluster.
+
+    \b
+    With no --master/--metadata-server/--config (or MCL2_* variables),
+    mcl2 talks to the local cluster that `mcl2 cluster up` started.
+
+    \b
+    Exit status: 0 success, 1 error, 2 usage error, 3 a key was not found.
+    See `man mcl2` for details and examples.
+    """
+
+
+keys_from_option = click.option(
+    "--keys-from", metavar="FILE|-", help="Read keys, one per line, from FILE (- for stdin)."
+)
+
+
+def key_command(json_help: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """A data command: registered on ``cli`` with the connection and output options."""
+
+    def decorate(f: Callable[..., Any]) -> click.Command:
+        own = len(getattr(f, "__click_params__", []))
+        f = output_options(json_help=json_help)(f)
+        f = connection_options(top_level=False)(f)
+        return own_options_first(cli.command(context_settings=CONTEXT_SETTINGS)(f), own)
+
+    return decorate
+
+
+def own_options_first(command: click.Command, own: int) -> click.Command:
+    """List a command's own parameters before the shared ones in its --help."""
+    shared = command.params[: len(command.params) - own]
+    command.params = command.params[len(shared) :] + shared
+    return command
+
+
+def load_local(settings: Any) -> Any:
+    """The local cluster recorded in the settings' state directory, or None."""
+    from mooncake_cffi.cluster import LocalCluster
+
+    return LocalCluster.load(settings.resolved_state_dir)

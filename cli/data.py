@@ -1,0 +1,567 @@
+"""mcl2's key commands: ``put``, ``get``, ``exists``, ``stat`` and ``rm``.
+
+Each reads its keys from arguments or ``--keys-from``, works in batches through one client,
+and reports per key (``--json``: one document); a missing key makes the exit status 3.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_module
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mooncake_cffi.status import NO_AVAILABLE_HANDLE, OBJECT_HAS_LEASE, OBJECT_NOT_FOUND
+
+from .app import key_command, keys_from_option, load_local
+from .context import Settings, pass_settings
+from .errors import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    CliError,
+    KeyNotFound,
+)
+from .keys import (
+    CHUNK_BYTES,
+    CHUNK_KEYS,
+    STDIN,
+    Progress,
+    chunks,
+    file_name_for,
+    gather_keys,
+    human_bytes,
+    iter_regular_files,
+    plural,
+    read_lines,
+    split_pair,
+    wants_progress,
+    write_file,
+)
+
+#: Per-key problem lines printed before "... and N more" (--json lists them all).
+MAX_KEY_LINES = 50
+
+LEASE_MESSAGE = (
+    "has a read lease (OBJECT_HAS_LEASE): it was read in the last ~10 s; retry later or use --force"
+)
+
+
+class KeyReport:
+    """Per-key outcomes of a command: the JSON record of each key, and capped problem lines."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.records: dict[str, dict[str, Any]] = {}
+        self.lines: list[str] = []
+        self.extra_lines = 0
+        self.failed = 0
+        self.missing = 0
+
+    def add(self, key: str, status: str, **fields: Any) -> None:
+        self.records[key] = {"status": status, **fields}
+
+    def problem(self, line: str) -> None:
+        if len(self.lines) < MAX_KEY_LINES:
+            self.lines.append(line)
+        else:
+            self.extra_lines += 1
+
+    def error(self, key: str, code: int, doing: str, detail: str = "") -> None:
+        from mooncake_cffi import error_name
+
+        name = error_name(code)
+        self.failed += 1
+        self.add(key, "error", error=name, code=code)
+        self.problem(f"{key}: {doing} failed: {name} ({code}){detail}")
+
+    def flush_problems(self) -> None:
+        for line in self.lines:
+            click.echo(line, err=True)
+        if self.extra_lines:
+            click.echo(f"... and {self.extra_lines} more (--json lists every key)", err=True)
+        self.lines.clear()
+        self.extra_lines = 0
+
+    def finish(self) -> None:
+        """Print the JSON (if asked for) and the problem lines; leave with the right status."""
+        self.flush_problems()
+        if self.settings.json:
+            self.settings.emit_json(self.records)
+        if self.failed:
+            click.get_current_context().exit(EXIT_ERROR)
+        if self.missing:
+            click.get_current_context().exit(EXIT_NOT_FOUND)
+
+
+# -- put ---------------------------------------------------------------------------------
+
+
+def _put_items(
+    args: Sequence[str], directory: Path | None, prefix: str, keys_from: str | None
+) -> list[tuple[str, str]]:
+    """(key, source) pairs; a source is a file path or ``-`` for stdin."""
+    items: list[tuple[str, str]] = []
+    single = (
+        directory is None
+        and keys_from is None
+        and 1 <= len(args) <= 2
+        and ("=" not in args[0] or (len(args) == 2 and "=" not in args[1]))
+    )
+    if single:
+        key = args[0]
+        if len(args) == 2:
+            items.append((key, args[1]))
+        else:
+            if sys.stdin is None or _stdin_is_terminal():
+                raise click.UsageError(
+                    "no FILE given and stdin is a terminal: give FILE, or pipe the value in "
+                    "(`-` reads stdin explicitly)"
+                )
+            items.append((key, STDIN))
+    else:
+        for arg in args:
+            items.append(split_pair(arg, "argument"))
+    if directory is not None:
+        files = list(iter_regular_files(directory))
+        if not files:
+            raise click.BadParameter(f"{directory} has no regular files", param_hint="'--dir'")
+        items.extend((prefix + path.name, str(path)) for path in files)
+    if keys_from is not None:
+        for n, line in enumerate(read_lines(keys_from), start=1):
+            items.append(split_pair(line, f"--keys-from line {n}"))
+    if not items:
+        raise click.UsageError(
+            "nothing to put: give KEY [FILE|-], KEY=FILE..., --dir or --keys-from"
+        )
+    seen: dict[str, str] = {}
+    for key, source in items:
+        if not key:
+            raise click.UsageError("empty key: Mooncake keys need at least one character")
+        if key in seen:
+            raise click.UsageError(
+                f"key {key!r} is given twice ({seen[key]} and {source}); one batch can hold "
+                "each key once"
+            )
+        seen[key] = source
+    stdin_users = sum(1 for _, s in items if s == STDIN) + (1 if keys_from == STDIN else 0)
+    if stdin_users > 1:
+        raise click.UsageError("stdin (-) can be read only once")
+    return items
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _source_sizes(items: Sequence[tuple[str, str]]) -> list[int]:
+    """Sizes of the files to put (checked before connecting); -1 for stdin, a pipe, a device."""
+    sizes = []
+    for key, source in items:
+        if source == STDIN:
+            sizes.append(-1)
+            continue
+        try:
+            st = os.stat(source)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot read {source} (for key {key!r}): {exc.strerror}", param_hint="FILE"
+            ) from None
+        if stat_module.S_ISDIR(st.st_mode):
+            raise click.BadParameter(
+                f"{source} (for key {key!r}) is a directory (use --dir DIR)", param_hint="FILE"
+            )
+        if not stat_module.S_ISREG(st.st_mode):  # <(command), /dev/stdin...: size unknown
+            sizes.append(-1)
+            continue
+        if st.st_size == 0:
+            raise click.BadParameter(
+                f"{source} (for key {key!r}) is empty: Mooncake cannot store 0 bytes",
+                param_hint="FILE",
+            )
+        sizes.append(st.st_size)
+    return sizes
+
+
+def _read_source(source: str) -> bytes:
+    if source == STDIN:
+        return sys.stdin.buffer.read()
+    with open(source, "rb") as fh:
+        return fh.read()
+
+
+def _byte_chunks(sizes: Sequence[int]) -> list[range]:
+    """Index ranges of at most CHUNK_KEYS items and about CHUNK_BYTES bytes each."""
+    out: list[range] = []
+    start = 0
+    total = 0
+    for i, size in enumerate(sizes):
+        size = max(size, 0)
+        if i > start and (i - start >= CHUNK_KEYS or total + size > CHUNK_BYTES):
+            out.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        out.append(range(start, len(sizes)))
+    return out
+
+
+@key_command(json_help="Print {KEY: {status: stored|exists|error, bytes}} as JSON.")
+@click.argument("args", nargs=-1, metavar="KEY [FILE|-] | KEY=FILE...")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Put every regular file in DIR, keyed by its file name.",
+)
+@click.option("--prefix", default="", metavar="TEXT", help="With --dir: prepend TEXT to each key.")
+@click.option(
+    "--keys-from",
+    metavar="FILE|-",
+    help="Read 'KEY<TAB>FILE' or 'KEY=FILE' lines from FILE (- for stdin).",
+)
+@click.option(
+    "--overwrite", is_flag=True, help="Replace keys that exist (default: keep the stored value)."
+)
+@pass_settings
+def put(
+    settings: Settings,
+    args: tuple[str, ...],
+    directory: Path | None,
+    prefix: str,
+    keys_from: str | None,
+    overwrite: bool,
+) -> None:
+    """Store a file or stdin under KEY; several keys go as one batch.
+
+    \b
+    mcl2 put KEY FILE          store FILE
+    mcl2 put KEY [-]           store stdin
+    mcl2 put K1=F1 K2=F2 ...   several files (split at the first '=')
+    mcl2 put --dir DIR         every regular file in DIR, key = file name
+    mcl2 put --keys-from -     'KEY<TAB>FILE' lines from stdin
+
+    Mooncake keeps the first value written: a key that exists is reported
+    and kept, unless --overwrite replaces it.
+    """
+    items = _put_items(args, directory, prefix, keys_from)
+    sizes = _source_sizes(items)
+    transfer = settings.transfer(l1_min=max(sizes))
+    report = KeyReport(settings)
+    single = len(items) == 1
+    stored_keys = stored_bytes = kept = 0
+    known_bytes = sum(s for s in sizes if s > 0)
+    with Progress(
+        wants_progress(len(items), known_bytes) and not settings.quiet and not settings.json,
+        len(items),
+        "put",
+    ) as progress:
+        for span in _byte_chunks(sizes):
+            keys = [items[i][0] for i in span]
+            values = [_read_source(items[i][1]) for i in span]
+            for key, value in zip(keys, values, strict=True):
+                if not value:
+                    raise CliError(f"{key}: the value is empty: Mooncake cannot store 0 bytes")
+            results = transfer.put(keys, values, overwrite)
+            for key, value, status in zip(keys, values, results, strict=True):
+                if status == 0:
+                    stored_keys += 1
+                    stored_bytes += len(value)
+                    report.add(key, "stored", bytes=len(value))
+                elif status == 1:  # mooncake_cffi.EXISTED
+                    kept += 1
+                    report.add(key, "exists", bytes=len(value))
+                    report.problem(f"{key}: exists, kept (use --overwrite to replace)")
+                elif status == NO_AVAILABLE_HANDLE:
+                    report.error(key, status, "put", no_space_hint(settings, len(value)))
+                else:
+                    report.error(key, status, "put")
+            progress.advance(len(keys))
+    if single and not report.failed and stored_keys:
+        settings.info(f"{items[0][0]}: stored ({human_bytes(stored_bytes)})")
+        report.flush_problems()
+    else:
+        report.flush_problems()
+        if not single:
+            summary = (
+                f"stored {stored_keys} of {plural(len(items), 'key')} ({human_bytes(stored_bytes)})"
+            )
+            if kept:
+                summary += f", {kept} existing kept"
+            if report.failed:
+                summary += f", {report.failed} failed"
+            settings.info(summary)
+    report.finish()
+
+
+def no_space_hint(settings: Settings, size: int) -> str:
+    """Why NO_AVAILABLE_HANDLE, with the segment sizes of the local cluster when it is used."""
+    hint = f": the cluster's memory segments have no room for this {human_bytes(size)} value"
+    memory = None
+    if settings.uses_local_cluster:
+        try:
+            local = load_local(settings)
+            memory = local.status().get("memory") if local is not None else None
+        except Exception:
+            memory = None
+    if memory and memory.get("total_bytes"):
+        hint += (
+            f" (local cluster: {human_bytes(memory.get('used_bytes'))} used of "
+            f"{human_bytes(memory['total_bytes'])}); remove keys, or restart it with a larger "
+            "`mcl2 cluster up --segment-size`"
+        )
+    else:
+        hint += "; remove keys, or give the storage nodes larger segments"
+    return hint
+
+
+# -- get ---------------------------------------------------------------------------------
+
+
+@key_command(json_help="With -o or -d: print {KEY: {status: written|missing, bytes, path}}.")
+@click.argument("keys", nargs=-1, metavar="KEY...")
+@click.option("-o", "--output", metavar="FILE|-", help="Write the value to FILE (default: stdout).")
+@click.option(
+    "-d",
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Write each key to DIR/KEY (created if needed); needed for several keys.",
+)
+@keys_from_option
+@pass_settings
+def get(
+    settings: Settings,
+    keys: tuple[str, ...],
+    output: str | None,
+    directory: Path | None,
+    keys_from: str | None,
+) -> None:
+    """Write the value of KEY to stdout or a file, byte for byte.
+
+    \b
+    mcl2 get KEY > FILE            to stdout
+    mcl2 get KEY -o FILE           to FILE (written only if KEY exists)
+    mcl2 get K1 K2 ... -d DIR      each key to DIR/KEY, as one batch
+    mcl2 get --keys-from - -d DIR  keys from stdin
+
+    A missing key exits with status 3 (the other keys are still written).
+    """
+    if output is not None and directory is not None:
+        raise click.UsageError("-o/--output and -d/--dir exclude each other")
+    all_keys = gather_keys(keys, keys_from)
+    if directory is None and (len(all_keys) > 1 or keys_from is not None):
+        raise click.UsageError(
+            "several keys (or --keys-from) need -d DIR to write them to; -o takes one key"
+        )
+    if settings.json and output in (None, STDIN) and directory is None:
+        raise click.UsageError("--json needs -o FILE or -d DIR (the value would go to stdout)")
+    if directory is None:
+        _get_one(settings, all_keys[0], output)
+    else:
+        _get_many(settings, all_keys, directory)
+
+
+def _get_one(settings: Settings, key: str, output: str | None) -> None:
+    (value,) = settings.transfer().get([key])
+    if value is None:
+        if settings.json:
+            settings.emit_json({key: {"status": "missing"}})
+        raise KeyNotFound(f"key {key!r} not found")
+    if output is None or output == STDIN:
+        out = sys.stdout.buffer
+        out.write(value)
+        out.flush()
+        return
+    write_file(Path(output), value)
+    settings.debug(f"{key}: wrote {human_bytes(len(value))} to {output}")
+    if settings.json:
+        settings.emit_json({key: {"status": "written", "bytes": len(value), "path": output}})
+
+
+def _get_many(settings: Settings, keys: list[str], directory: Path) -> None:
+    names = [file_name_for(k) for k in keys]
+    directory.mkdir(parents=True, exist_ok=True)
+    transfer = settings.transfer()
+    report = KeyReport(settings)
+    written = written_bytes = 0
+    with Progress(
+        wants_progress(len(keys)) and not settings.quiet and not settings.json, len(keys), "get"
+    ) as progress:
+        for start in range(0, len(keys), CHUNK_KEYS):
+            batch = keys[start : start + CHUNK_KEYS]
+            values = transfer.get(batch)
+            for key, name, value in zip(
+                batch, names[start : start + CHUNK_KEYS], values, strict=True
+            ):
+                if value is None:
+                    report.missing += 1
+                    report.add(key, "missing")
+                    report.problem(f"{key}: not found")
+                    continue
+                path = directory / name
+                write_file(path, value)
+                written += 1
+                written_bytes += len(value)
+                report.add(key, "written", bytes=len(value), path=str(path))
+            progress.advance(len(batch))
+    report.flush_problems()
+    summary = (
+        f"wrote {written} of {plural(len(keys), 'key')} to {directory} "
+        f"({human_bytes(written_bytes)})"
+    )
+    if report.missing:
+        summary += f", {report.missing} not found"
+    settings.info(summary)
+    report.finish()
+
+
+# -- exists ------------------------------------------------------------------------------
+
+
+@key_command(json_help="Print {KEY: true|false} as JSON.")
+@click.argument("keys", nargs=-1, metavar="KEY...")
+@keys_from_option
+@pass_settings
+def exists(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> None:
+    """Print 'KEY<TAB>true' or 'KEY<TAB>false' for each key.
+
+    Exits with status 0 if every key exists and 3 if any is missing (with -q
+    nothing is printed: test the status). Checking a key renews its read lease.
+    """
+    all_keys = gather_keys(keys, keys_from)
+    client = settings.client()
+    found: dict[str, bool] = {}
+    with Progress(
+        wants_progress(len(all_keys)) and not settings.quiet and not settings.json,
+        len(all_keys),
+        "exists",
+    ) as progress:
+        for batch in chunks(all_keys, 4 * CHUNK_KEYS):
+            results = client.batch_exists(list(batch))
+            for key, present in zip(batch, results, strict=True):
+                found[key] = present
+            progress.advance(len(batch))
+    if settings.json:
+        settings.emit_json(found)
+    elif not settings.quiet:
+        out = sys.stdout
+        for key, present in found.items():
+            out.write(f"{key}\t{'true' if present else 'false'}\n")
+        out.flush()
+    if not all(found.values()):
+        click.get_current_context().exit(EXIT_NOT_FOUND)
+
+
+# -- stat --------------------------------------------------------------------------------
+
+
+@key_command(json_help="Print {KEY: SIZE|null} as JSON.")
+@click.argument("keys", nargs=-1, metavar="KEY...")
+@keys_from_option
+@pass_settings
+def stat(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> None:
+    """Print 'KEY<TAB>SIZE' (bytes) for each key, '-' for a missing one.
+
+    Exits with status 3 if any key is missing.
+    """
+    all_keys = gather_keys(keys, keys_from)
+    client = settings.client()
+    sizes = {key: client.size(key) for key in all_keys}
+    if settings.json:
+        settings.emit_json(sizes)
+    elif not settings.quiet:
+        for key, size in sizes.items():
+            click.echo(f"{key}\t{'-' if size is None else size}")
+    if any(size is None for size in sizes.values()):
+        click.get_current_context().exit(EXIT_NOT_FOUND)
+
+
+# -- rm ----------------------------------------------------------------------------------
+
+
+@key_command(json_help="Print {KEY: {status: removed|absent|leased|error}} as JSON.")
+@click.argument("keys", nargs=-1, metavar="KEY...")
+@keys_from_option
+@click.option(
+    "-f", "--force", is_flag=True, help="Remove keys even under a read lease (OBJECT_HAS_LEASE)."
+)
+@click.option(
+    "--missing-ok/--strict",
+    default=True,
+    show_default=True,
+    help="Whether a key that is not there is fine, or exits with status 3.",
+)
+@pass_settings
+def rm(
+    settings: Settings,
+    keys: tuple[str, ...],
+    keys_from: str | None,
+    force: bool,
+    missing_ok: bool,
+) -> None:
+    """Remove keys.
+
+    Mooncake refuses to remove a key read in the last ~10 s (its read lease,
+    OBJECT_HAS_LEASE); --force removes it anyway. A missing key is reported as
+    absent and is not an error unless --strict.
+    """
+    all_keys = gather_keys(keys, keys_from)
+    client = settings.client()
+    report = KeyReport(settings)
+    removed = absent = leased = 0
+    with Progress(
+        wants_progress(len(all_keys)) and not settings.quiet and not settings.json,
+        len(all_keys),
+        "rm",
+    ) as progress:
+        for batch in chunks(all_keys, 4 * CHUNK_KEYS):
+            results = client.batch_remove(list(batch), force=force)
+            for key, status in zip(batch, results, strict=True):
+                if status >= 0:
+                    removed += 1
+                    report.add(key, "removed")
+                elif status == OBJECT_NOT_FOUND:
+                    absent += 1
+                    report.add(key, "absent")
+                elif status == OBJECT_HAS_LEASE:
+                    leased += 1
+                    report.failed += 1
+                    report.add(key, "leased", error="OBJECT_HAS_LEASE", code=status)
+                    report.problem(f"{key}: {LEASE_MESSAGE}")
+                else:
+                    report.error(key, status, "remove")
+            progress.advance(len(batch))
+    if not missing_ok:
+        report.missing = absent
+    if len(all_keys) == 1 and not settings.json and not settings.quiet:
+        key = all_keys[0]
+        status = report.records[key]["status"]
+        if status == "removed":
+            click.echo(f"{key}: removed", err=True)
+        elif status == "absent":
+            click.echo(f"{key}: absent (not in the store)", err=True)
+    elif not settings.quiet and not settings.json:
+        if absent and len(all_keys) > 1:
+            for key, record in report.records.items():
+                if record["status"] == "absent":
+                    report.problem(f"{key}: absent (not in the store)")
+        report.flush_problems()
+        summary = f"removed {removed} of {plural(len(all_keys), 'key')}"
+        if absent:
+            summary += f", {absent} absent"
+        if leased:
+            summary += f", {leased} under a read lease (retry later or use --force)"
+        other = report.failed - leased
+        if other:
+            summary += f", {other} failed"
+        settings.info(summary)
+    report.finish()
