@@ -7,19 +7,32 @@
  * by cffi: no macros in declarations, no inline functions.
  *
  * Conventions
- *  - Every function that can fail returns an int status: 0 (MCS_OK) on
- *    success, a negative code otherwise.  Codes above -10000 are Mooncake's own
- *    ErrorCode values passed through unchanged (e.g. -706 OBJECT_HAS_LEASE);
- *    codes from -10000 down are the shim's (enum mcs_status).  mcs_error_name()
- *    and mcs_strerror() describe any code; neither ever returns NULL.
+ *  - Every function that can fail returns an int status: 0 (MCS_OK) when the
+ *    call did what it was asked, a negative code when it did not.  For a batch
+ *    that means: 0 = the batch ran, and each key's outcome is in `results`
+ *    (a key can fail while the call succeeds); negative = the batch was
+ *    refused or did not run, and `results` is undefined.  Codes above -10000
+ *    are Mooncake's own ErrorCode values passed through unchanged (e.g. -706
+ *    OBJECT_HAS_LEASE); codes from -10000 down are the shim's (enum
+ *    mcs_status).  mcs_error_name() and mcs_strerror() describe any code;
+ *    neither ever returns NULL.
  *  - When a call fails, a message saying why is stored per thread and read
  *    with mcs_last_error() (never NULL; "" when there is nothing to say).
  *  - Output parameters come first.  Objects returned through `T **out` belong
- *    to the caller and are released with their own _free function.
- *  - `const char *` inputs are copied; the shim keeps no pointer to them after
- *    the call returns.  Transfer buffers (`bufs`) and result arrays
- *    (`results`) passed to mcs_submit() are NOT copied: the caller keeps them
- *    alive and untouched until the batch's completion has been drained.
+ *    to the caller and are released with their own _free function; every
+ *    _free function accepts NULL.
+ *  - Structs that may grow start with `uint32_t struct_size`, which the caller
+ *    sets to sizeof(the struct) as it was compiled.  The library reads (or
+ *    fills) only that many bytes, so a caller built against an older, shorter
+ *    struct keeps working; fields it does not know take their defaults.
+ *  - Keys cross the boundary packed: one byte buffer and n + 1 offsets (key i
+ *    is bytes [offsets[i], offsets[i+1])), so a batch costs the caller O(1)
+ *    allocations.  Keys are byte strings: non-empty, without NUL bytes.
+ *  - Inputs are copied or only read during the call, except where a
+ *    declaration says otherwise: the transfer buffers (`bufs`) and the
+ *    `results` / `values` arrays of a batch submitted with mcs_submit(), or
+ *    of an mcs_run() that timed out, are NOT copied: the caller keeps them
+ *    alive and untouched until that batch's completion has been drained.
  *  - No C++ exception crosses this boundary; an unexpected one becomes
  *    MCS_E_INTERNAL with its message in mcs_last_error().
  *  - Misuse (NULL handle or pointer, a freed handle, bad counts, a call after
@@ -40,7 +53,7 @@
 #define MCS_VERSION_MINOR 1
 #define MCS_VERSION_PATCH 0
 /* Bumped whenever a declaration below changes incompatibly. */
-#define MCS_ABI_VERSION 1
+#define MCS_ABI_VERSION 2
 
 #if defined(__GNUC__)
 #define MCS_API __attribute__((visibility("default")))
@@ -82,7 +95,14 @@ enum mcs_op {
     MCS_OP_PUT = 2,    /* store lane.    result: 0 stored, MCS_PUT_EXISTED, <0 */
     MCS_OP_UPSERT = 3, /* store lane.    result: 0 written (overwrites), <0 */
     MCS_OP_REMOVE = 4, /* delete lane.   result: 0 removed, <0 (-704 absent) */
-    MCS_OP_SIZE = 5    /* lookup lane.   result: value size in bytes, or <0 */
+    MCS_OP_SIZE = 5,   /* lookup lane.   result: value size in bytes, or <0 */
+    MCS_OP_GET_BUFFER = 6 /* retrieve lane, no bufs: Mooncake reads each value
+                          into its own local buffer (one round trip for the
+                          batch).  result: the value's size, with values[i]
+                          pointing at its bytes until mcs_release(); or
+                          MCS_GET_UNREAD when Mooncake could not read it this
+                          way (missing, its local buffer full, an error): ask
+                          again with MCS_OP_EXISTS / SIZE / GET. */
 };
 
 /* Lanes, in the order mcs_client_lane_stats() numbers them. */
@@ -106,8 +126,13 @@ enum mcs_flags {
  * held a value, which Mooncake keeps (first writer wins). */
 enum mcs_put_result { MCS_PUT_EXISTED = 1 };
 
+/* Per-key GET_BUFFER result (negative, but not an error: the key was not
+ * read; see MCS_OP_GET_BUFFER). */
+enum mcs_get_result { MCS_GET_UNREAD = -10020 };
+
 /* Lane layout and limits, given at creation.  Zero fields take defaults. */
 struct mcs_lanes {
+    uint32_t struct_size;   /* sizeof(struct mcs_lanes) */
     uint32_t num_workers;   /* shared pool size; default 4 */
     uint32_t lookup;        /* workers of each lane; 0 = use the shared pool */
     uint32_t retrieve;
@@ -130,20 +155,47 @@ struct mcs_lanes {
                                   0 = 64, 1 = never merge */
 };
 
+/* One batch: its operation, keys, buffers and result arrays.  Read during
+ * mcs_submit() / mcs_run(); see each field for what must outlive the call. */
+struct mcs_batch {
+    uint32_t struct_size;        /* sizeof(struct mcs_batch) */
+    int32_t op;                  /* enum mcs_op */
+    int32_t flags;               /* enum mcs_flags */
+    int32_t timeout_ms;          /* mcs_run(): give up waiting after this long
+                                    (MCS_E_TIMEOUT; the batch goes on and posts
+                                    a completion).  <= 0: wait until done. */
+    uint64_t n;                  /* number of keys, >= 1 */
+    const char *key_data;        /* packed key bytes (copied) */
+    const uint64_t *key_offsets; /* n + 1 offsets into key_data (copied) */
+    void *const *bufs;           /* GET: n destinations; PUT/UPSERT: n sources;
+                                    NULL for other ops.  Borrowed. */
+    const uint64_t *sizes;       /* their capacities / lengths (copied) */
+    const void *replicate_config; /* PUT/UPSERT: a mooncake::ReplicateConfig,
+                                    or NULL for the client's default.  Borrowed. */
+    int64_t *results;            /* out: n per-key results (enum mcs_op) */
+    const void **values;         /* out, GET_BUFFER only: n pointers */
+};
+
 /* One finished batch, as returned by mcs_drain(). */
 struct mcs_completion {
-    uint64_t id;        /* as returned by mcs_submit() */
-    int32_t op;         /* enum mcs_op */
-    int32_t status;     /* 0, or the first error among keys; OBJECT_NOT_FOUND
-                           (-704) is reported per key only, never here */
+    uint32_t struct_size; /* set by the library */
+    int32_t op;           /* enum mcs_op */
+    uint64_t id;          /* as returned by mcs_submit() / a timed-out mcs_run() */
+    int32_t status;       /* 0: the batch ran (outcomes in results); <0: it did
+                             not run (results undefined) */
+    int32_t first_error;  /* the first per-key error, 0 if none; -704 and
+                             MCS_GET_UNREAD are reported per key only */
     uint32_t n_keys;
-    uint32_t n_failed;  /* keys whose result is an error other than -704 */
-    char message[240];  /* why, when status != 0; NUL-terminated */
+    uint32_t n_failed;    /* keys whose result is an error (not -704) */
+    int32_t timed_out;    /* 1: an mcs_run() caller stopped waiting for it */
+    uint32_t reserved;
+    char message[240];    /* why, when status or first_error != 0 */
 };
 
 /* Counters of one lane (mcs_client_lane_stats). Latencies are per batch,
  * from submit to completion, in microseconds. */
 struct mcs_lane_stats {
+    uint32_t struct_size;    /* set by the caller: sizeof(struct mcs_lane_stats) */
     uint32_t workers;        /* 0: this lane is served by the shared pool */
     uint32_t queued;         /* tiles waiting for a worker */
     uint32_t running;        /* tiles being executed */
@@ -159,6 +211,24 @@ struct mcs_lane_stats {
     double p99_us;
     double max_us;
     uint64_t merged;         /* Mooncake calls that served several batches */
+};
+
+/* Counters of one operation (mcs_client_op_stats), whichever lane ran it.
+ * A batch counts as failed when it did not run or some key got an error
+ * other than -704 / MCS_GET_UNREAD. */
+struct mcs_op_stats {
+    uint32_t struct_size;    /* set by the caller: sizeof(struct mcs_op_stats) */
+    uint32_t reserved;
+    uint64_t calls;          /* batches completed */
+    uint64_t keys;           /* keys in them */
+    uint64_t failed_calls;   /* batches with a failure */
+    uint64_t failed_keys;    /* keys with an error */
+    uint64_t bytes;          /* bytes moved (GET, GET_BUFFER, PUT, UPSERT) */
+    uint64_t timeouts;       /* mcs_run() callers that stopped waiting */
+    uint64_t no_space;       /* keys failed with NO_AVAILABLE_HANDLE (-200) */
+    double sum_us;           /* total batch latency, submit to completion */
+    uint64_t buckets[24];    /* latency histogram: bucket i counts batches
+                                under 2^i microseconds (the last: the rest) */
 };
 
 typedef struct mcs_client mcs_client;
@@ -258,31 +328,37 @@ MCS_API int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out);
 
 /* --- batches --- */
 
-/* Queues a batch of `n` keys on the operation's lane and returns at once
- * with its id in *id_out.  `bufs`/`sizes` are required for GET (destination
- * buffers and their capacities) and PUT/UPSERT (sources and lengths), and
- * must be NULL otherwise.  `results` receives one int64 per key (see enum
- * mcs_op) before the completion is posted.  `replicate_config` (PUT/UPSERT)
- * may be NULL for the client's default.  Keys are copied; bufs, results and
- * replicate_config must stay valid until the completion is drained.
- * Refused with MCS_E_INVALID_ARG: n == 0, an empty key, a NULL key, buffer
- * or zero size; MCS_E_DUPLICATE_KEY: a key twice; MCS_E_OUTSIDE_L1.
- * Exactly one completion is posted per accepted batch. */
-MCS_API int mcs_submit(mcs_client *c, uint64_t *id_out, int op,
-                       const char *const *keys, size_t n, void *const *bufs,
-                       const uint64_t *sizes, int64_t *results, int flags,
-                       const void *replicate_config);
+/* Queues `batch` on its operation's lane and returns at once with its id in
+ * *id_out.  The batch's keys and sizes are copied; its bufs, results, values
+ * and replicate_config must stay valid until its completion is drained.
+ * Refused (nothing queued, no completion): MCS_E_INVALID_ARG for n == 0, bad
+ * offsets, an empty key or one with a NUL byte, a NULL or zero-sized
+ * buffer, missing or unexpected arrays; MCS_E_DUPLICATE_KEY for a key twice;
+ * MCS_E_OUTSIDE_L1; MCS_E_QUEUE_FULL; MCS_E_CLOSED.  Exactly one completion
+ * is posted per accepted batch. */
+MCS_API int mcs_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
 
-/* Like mcs_submit() but blocks until the batch is done and returns its
- * status (no completion is posted).  If the lane has an idle worker slot the
- * batch runs on the calling thread. */
-MCS_API int mcs_run(mcs_client *c, int op, const char *const *keys, size_t n,
-                    void *const *bufs, const uint64_t *sizes, int64_t *results,
-                    int flags, const void *replicate_config);
+/* Runs `batch` and waits for it: 0 when it ran (each key's outcome in its
+ * results; no completion is posted), or a negative code when it was refused
+ * (as for mcs_submit) or did not run.  If the lane has an idle worker slot
+ * and no timeout is set, the batch runs on the calling thread.  With
+ * batch->timeout_ms > 0, a batch not done in time makes this return
+ * MCS_E_TIMEOUT with its id in *id_out (id_out may be NULL otherwise): the
+ * batch goes on, its buffers and arrays must then stay valid until its
+ * completion (timed_out = 1) is drained, exactly as after mcs_submit(). */
+MCS_API int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
 
-/* Moves up to `cap` completions into `out`, oldest first, and returns how
- * many (>= 0); never blocks.  Resets the eventfd once none remain. */
-MCS_API int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap);
+/* Releases what Mooncake holds for the values of GET_BUFFER batch `id`
+ * (its values[] pointers become invalid).  Unknown ids are ignored (0).
+ * Until released, the values occupy Mooncake's local buffer
+ * (local_buffer_size).  mcs_client_close() releases everything. */
+MCS_API int mcs_release(mcs_client *c, uint64_t id);
+
+/* Moves up to `cap` completions into `out`, an array of elements of
+ * `elem_size` bytes (sizeof(struct mcs_completion) as the caller knows it),
+ * oldest first, and returns how many (>= 0); never blocks.  Resets the
+ * eventfd once none remain. */
+MCS_API int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap, size_t elem_size);
 
 /* Blocks until a completion is waiting or `timeout_ms` passes (-1 forever).
  * 0 when one is waiting, MCS_E_TIMEOUT otherwise. */
@@ -290,8 +366,13 @@ MCS_API int mcs_wait(mcs_client *c, int timeout_ms);
 
 /* --- statistics --- */
 
-/* Counters of lane `lane` (enum mcs_lane_id) into *out. */
+/* Counters of lane `lane` (enum mcs_lane_id) into *out (out->struct_size set
+ * by the caller). */
 MCS_API int mcs_client_lane_stats(mcs_client *c, int lane, struct mcs_lane_stats *out);
+
+/* Counters of operation `op` (enum mcs_op) into *out (out->struct_size set
+ * by the caller). */
+MCS_API int mcs_client_op_stats(mcs_client *c, int op, struct mcs_op_stats *out);
 
 /* MCS_CDEF_END */
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -130,6 +131,37 @@ int with_client(mcs_client *c, F &&body) {
     return rc;
 }
 
+// Reads a caller's struct that starts with `uint32_t struct_size`: only the
+// bytes the caller knows, the rest zero (their defaults).
+template <class T>
+T read_sized(const T *in, const char *what) {
+    T out{};
+    if (!in) return out;
+    uint32_t size = in->struct_size;
+    if (size < sizeof(uint32_t))
+        throw mcs::Error(MCS_E_INVALID_ARG, std::string(what) + ".struct_size is " +
+                                                std::to_string(size) + ": set it to sizeof(" +
+                                                what + ")");
+    std::memcpy(static_cast<void *>(&out), in, std::min<size_t>(size, sizeof(T)));
+    out.struct_size = uint32_t(sizeof(T));
+    return out;
+}
+
+// Fills a caller's struct that starts with `uint32_t struct_size` with at
+// most that many bytes of `full`.
+template <class T>
+void write_sized(T *out, const T &full, const char *what) {
+    if (!out) throw mcs::Error(MCS_E_INVALID_ARG, "out is NULL");
+    uint32_t size = out->struct_size;
+    if (size < sizeof(uint32_t))
+        throw mcs::Error(MCS_E_INVALID_ARG, std::string(what) + ".struct_size is " +
+                                                std::to_string(size) + ": set it to sizeof(" +
+                                                what + ")");
+    size_t n = std::min<size_t>(size, sizeof(T));
+    std::memcpy(static_cast<void *>(out), &full, n);
+    out->struct_size = uint32_t(n);
+}
+
 }  // namespace
 
 extern "C" {
@@ -188,9 +220,10 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
         auto h = std::make_unique<mcs_client>();
         h->pid = g_pid.load();
         // Validate the lane layout before touching the network.
-        mcs::Engine::validate_lanes(lanes);
+        mcs_lanes layout = read_sized(lanes, "struct mcs_lanes");
+        mcs::Engine::validate_lanes(&layout);
         auto backend = mcs::make_mooncake_backend(k, v, probe_timeout_ms);
-        h->engine = std::make_unique<mcs::Engine>(std::move(backend), lanes);
+        h->engine = std::make_unique<mcs::Engine>(std::move(backend), &layout);
         {
             std::lock_guard<std::mutex> lk(g_registry_mu);
             g_registry->insert(h.get());
@@ -294,25 +327,26 @@ int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out) {
     });
 }
 
-int mcs_submit(mcs_client *c, uint64_t *id_out, int op, const char *const *keys, size_t n,
-               void *const *bufs, const uint64_t *sizes, int64_t *results, int flags,
-               const void *replicate_config) {
+int mcs_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch) {
     return with_open_client(c, [&](mcs::Engine &e) {
-        return e.submit(op, keys, n, bufs, sizes, results, flags, replicate_config, false,
-                        id_out);
+        if (!batch) throw mcs::Error(MCS_E_INVALID_ARG, "batch is NULL");
+        return e.submit(read_sized(batch, "struct mcs_batch"), false, id_out);
     });
 }
 
-int mcs_run(mcs_client *c, int op, const char *const *keys, size_t n, void *const *bufs,
-            const uint64_t *sizes, int64_t *results, int flags, const void *replicate_config) {
+int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch) {
     return with_open_client(c, [&](mcs::Engine &e) {
-        return e.submit(op, keys, n, bufs, sizes, results, flags, replicate_config, true,
-                        nullptr);
+        if (!batch) throw mcs::Error(MCS_E_INVALID_ARG, "batch is NULL");
+        return e.submit(read_sized(batch, "struct mcs_batch"), true, id_out);
     });
 }
 
-int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap) {
-    return with_client(c, [&](mcs::Engine &e) { return e.drain(out, cap); });
+int mcs_release(mcs_client *c, uint64_t id) {
+    return with_client(c, [&](mcs::Engine &e) { return e.release(id); });
+}
+
+int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap, size_t elem_size) {
+    return with_client(c, [&](mcs::Engine &e) { return e.drain(out, cap, elem_size); });
 }
 
 int mcs_wait(mcs_client *c, int timeout_ms) {
@@ -320,7 +354,36 @@ int mcs_wait(mcs_client *c, int timeout_ms) {
 }
 
 int mcs_client_lane_stats(mcs_client *c, int lane, struct mcs_lane_stats *out) {
-    return with_client(c, [&](mcs::Engine &e) { return e.lane_stats(lane, out); });
+    return with_client(c, [&](mcs::Engine &e) {
+        if (!out) throw mcs::Error(MCS_E_INVALID_ARG, "out is NULL");
+        mcs_lane_stats full{};
+        e.lane_stats(lane, &full);
+        full.struct_size = sizeof full;
+        write_sized(out, full, "struct mcs_lane_stats");
+        return MCS_OK;
+    });
+}
+
+int mcs_client_op_stats(mcs_client *c, int op, struct mcs_op_stats *out) {
+    return with_client(c, [&](mcs::Engine &e) {
+        if (!out) throw mcs::Error(MCS_E_INVALID_ARG, "out is NULL");
+        mcs::OpCounters o;
+        e.op_stats(op, &o);
+        mcs_op_stats full{};
+        full.struct_size = sizeof full;
+        full.calls = o.calls;
+        full.keys = o.keys;
+        full.failed_calls = o.failed_calls;
+        full.failed_keys = o.failed_keys;
+        full.bytes = o.bytes;
+        full.timeouts = o.timeouts;
+        full.no_space = o.no_space;
+        full.sum_us = o.sum_us;
+        static_assert(sizeof full.buckets == sizeof o.buckets, "bucket count");
+        std::memcpy(full.buckets, o.buckets, sizeof full.buckets);
+        write_sized(out, full, "struct mcs_op_stats");
+        return MCS_OK;
+    });
 }
 
 }  // extern "C"

@@ -1,217 +1,21 @@
-// The lane engine: per-operation lanes of worker threads with a shared-pool
-// fallback, batches split into tiles, exactly one completion per batch, and a
-// completion queue signalled through an eventfd.  Independent of Mooncake:
-// every store call goes through mcs::Backend.
+// The engine of one client: accepting batches (packed keys, buffers, result
+// arrays), splitting them into tiles for the lanes, running tiles against
+// the backend, exactly one completion per batch through an eventfd, values
+// held for GET_BUFFER batches, per-operation counters, close.
+#include "engine.hpp"
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
+#include <cstddef>
 #include <cstring>
+#include <string_view>
 #include <unordered_set>
 
-#include "internal.hpp"
-
 namespace mcs {
-
-// ---------------------------------------------------------------- Histogram
-
-void Histogram::add(double us) {
-    if (us < 0) us = 0;
-    int idx = 0;
-    if (us >= 1.0) {
-        int e = 0;
-        double m = std::frexp(us, &e);  // us = m * 2^e, m in [0.5, 1)
-        idx = 4 * (e - 1) + std::min(3, int((m - 0.5) * 8.0));
-    }
-    idx = std::clamp(idx, 0, kBuckets - 1);
-    buckets_[idx]++;
-    count_++;
-    sum_ += us;
-    max_ = std::max(max_, us);
-}
-
-double Histogram::percentile(double p) const {
-    if (!count_) return 0.0;
-    uint64_t want = uint64_t(std::ceil(p / 100.0 * double(count_)));
-    if (want == 0) want = 1;
-    uint64_t seen = 0;
-    for (int i = 0; i < kBuckets; i++) {
-        seen += buckets_[i];
-        if (seen >= want) {
-            // upper edge of bucket i
-            int e = i / 4 + 1;
-            double m = 0.5 + (i % 4 + 1) / 8.0;
-            return std::min(std::ldexp(m, e), max_);
-        }
-    }
-    return max_;
-}
-
-// --------------------------------------------------------------------- Lane
-
-Lane::Lane(Engine *engine, int id, uint32_t workers, uint32_t capacity, int32_t wait_ms)
-    : engine_(engine), id_(id), workers_(workers), capacity_(capacity), wait_ms_(wait_ms) {}
-
-Lane::~Lane() { stop(); }
-
-void Lane::start() {
-    for (uint32_t i = 0; i < workers_; i++) threads_.emplace_back([this] { worker_loop(); });
-}
-
-int Lane::admit() {
-    std::unique_lock<std::mutex> lk(mu_);
-    if (stopping_) return MCS_E_CLOSED;
-    auto has_room = [this] { return pending_ < capacity_ || stopping_; };
-    if (!has_room()) {
-        if (wait_ms_ == 0) {
-            rejected_++;
-            return MCS_E_QUEUE_FULL;
-        }
-        space_waiters_++;
-        bool room = true;
-        if (wait_ms_ < 0)
-            cv_space_.wait(lk, has_room);
-        else
-            room = cv_space_.wait_for(lk, std::chrono::milliseconds(wait_ms_), has_room);
-        space_waiters_--;
-        if (!room) {
-            rejected_++;
-            return MCS_E_QUEUE_FULL;
-        }
-        if (stopping_) return MCS_E_CLOSED;
-    }
-    pending_++;
-    submitted_++;
-    return MCS_OK;
-}
-
-void Lane::push(std::vector<Tile> &&tiles) {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        for (auto &t : tiles) queue_.push_back(std::move(t));
-    }
-    if (tiles.size() == 1)
-        cv_work_.notify_one();
-    else
-        cv_work_.notify_all();
-}
-
-bool Lane::try_take_slot() {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (running_ < workers_ && queue_.empty()) {
-        running_++;
-        return true;
-    }
-    return false;
-}
-
-void Lane::release_slot() {
-    bool wake;
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        running_--;
-        wake = !queue_.empty();
-    }
-    // Waking an idle worker for nothing costs a context switch per call.
-    if (wake) cv_work_.notify_one();
-}
-
-void Lane::finished(double latency_us, bool failed, size_t keys) {
-    bool wake;
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        pending_--;
-        completed_++;
-        if (failed) failed_++;
-        keys_ += keys;
-        hist_.add(latency_us);
-        wake = space_waiters_ > 0;
-    }
-    if (wake) cv_space_.notify_one();
-}
-
-void Lane::worker_loop() {
-    std::unique_lock<std::mutex> lk(mu_);
-    for (;;) {
-        cv_work_.wait(lk, [this] {
-            return (!queue_.empty() && running_ < workers_) || (stopping_ && queue_.empty());
-        });
-        if (queue_.empty()) return;  // stopping, and nothing left to run
-        Tile tile = std::move(queue_.front());
-        queue_.pop_front();
-        // Small GET/EXISTS batches waiting behind this one go along in the same
-        // Mooncake call: one round trip instead of one each.
-        std::vector<Tile> group;
-        uint32_t limit = engine_->coalesce_keys();
-        if (limit > 1 && !queue_.empty() && Engine::mergeable(tile)) {
-            const int op = tile.batch->op;
-            size_t keys = tile.end - tile.begin;
-            size_t scanned = 0;
-            for (auto it = queue_.begin(); it != queue_.end() && keys < limit && scanned < 256;
-                 scanned++) {
-                size_t k = it->end - it->begin;
-                if (Engine::mergeable(*it) && it->batch->op == op &&
-                    keys + k <= limit) {
-                    if (group.empty()) group.push_back(std::move(tile));
-                    keys += k;
-                    group.push_back(std::move(*it));
-                    it = queue_.erase(it);
-                } else {
-                    ++it;
-                }
-            }
-            if (!group.empty()) merged_calls_++;
-        }
-        running_++;
-        lk.unlock();
-        if (group.empty()) {
-            engine_->run_tile(tile);
-            tile.batch.reset();
-        } else {
-            engine_->run_merged(group);
-            group.clear();
-        }
-        lk.lock();
-        running_--;
-        if (!queue_.empty()) cv_work_.notify_one();
-    }
-}
-
-void Lane::stop() {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        stopping_ = true;
-    }
-    cv_work_.notify_all();
-    cv_space_.notify_all();
-    for (auto &t : threads_)
-        if (t.joinable()) t.join();
-    threads_.clear();
-}
-
-void Lane::stats(mcs_lane_stats *out) {
-    std::lock_guard<std::mutex> lk(mu_);
-    out->workers = workers_;
-    out->queued = uint32_t(queue_.size());
-    out->running = running_;
-    out->pending = pending_;
-    out->submitted = submitted_;
-    out->completed = completed_;
-    out->failed = failed_;
-    out->keys = keys_;
-    out->rejected = rejected_;
-    out->mean_us = hist_.mean();
-    out->p50_us = hist_.percentile(50);
-    out->p90_us = hist_.percentile(90);
-    out->p99_us = hist_.percentile(99);
-    out->max_us = hist_.max();
-    out->merged = merged_calls_;
-}
-
-// ------------------------------------------------------------------- Engine
 
 namespace {
 
@@ -219,7 +23,8 @@ int lane_of_op(int op) {
     switch (op) {
     case MCS_OP_EXISTS:
     case MCS_OP_SIZE: return MCS_LANE_LOOKUP;
-    case MCS_OP_GET: return MCS_LANE_RETRIEVE;
+    case MCS_OP_GET:
+    case MCS_OP_GET_BUFFER: return MCS_LANE_RETRIEVE;
     case MCS_OP_PUT:
     case MCS_OP_UPSERT: return MCS_LANE_STORE;
     case MCS_OP_REMOVE: return MCS_LANE_DELETE;
@@ -227,14 +32,25 @@ int lane_of_op(int op) {
     }
 }
 
+const char *op_name(int op) {
+    static const char *const names[kOps] = {"exists", "get",    "put",       "upsert",
+                                            "remove", "size", "get_buffer"};
+    return op >= 0 && op < kOps ? names[op] : "?";
+}
+
 bool op_has_buffers(int op) {
     return op == MCS_OP_GET || op == MCS_OP_PUT || op == MCS_OP_UPSERT;
 }
+
+// A per-key result that is not an error: a value, a size, absent, unread.
+bool key_ok(int64_t r) { return r >= 0 || r == kObjectNotFound || r == MCS_GET_UNREAD; }
 
 std::string quote_key(const std::string &k) {
     std::string s = k.size() > 64 ? k.substr(0, 61) + "..." : k;
     return "'" + s + "'";
 }
+
+std::string key_no(size_t i) { return "key #" + std::to_string(i); }
 
 }  // namespace
 
@@ -270,16 +86,15 @@ Engine::Engine(std::unique_ptr<Backend> backend, const mcs_lanes *cfg)
 
     bool need_shared = false;
     for (int i = 0; i < 4; i++) {
-        if (per[i]) {
+        if (per[i])
             lanes_[i] = std::make_unique<Lane>(this, i, per[i], cap, l.queue_wait_ms);
-        } else {
+        else
             need_shared = true;
-        }
     }
     if (need_shared)
         lanes_[MCS_LANE_SHARED] =
             std::make_unique<Lane>(this, MCS_LANE_SHARED, shared, cap, l.queue_wait_ms);
-    for (int op = 0; op < 6; op++) {
+    for (int op = 0; op < kOps; op++) {
         int id = lane_of_op(op);
         route_[op] = lanes_[id] ? lanes_[id].get() : lanes_[MCS_LANE_SHARED].get();
     }
@@ -302,10 +117,6 @@ int Engine::enter() {
 void Engine::leave() {
     std::lock_guard<std::mutex> lk(calls_mu_);
     if (--calls_ == 0) calls_cv_.notify_all();
-}
-
-int Engine::tile_workers(int lane_id) const {
-    return lanes_[lane_id] ? int(lanes_[lane_id]->workers()) : 0;
 }
 
 std::vector<Tile> Engine::split(const std::shared_ptr<Batch> &b) const {
@@ -334,57 +145,45 @@ std::vector<Tile> Engine::split(const std::shared_ptr<Batch> &b) const {
     return tiles;
 }
 
-int Engine::check_l1(const std::vector<void *> &bufs, const std::vector<size_t> &sizes,
-                     std::string &msg) {
-    std::shared_lock<std::shared_mutex> lk(l1_mu_);
-    if (l1_.empty()) return MCS_OK;
-    for (size_t i = 0; i < bufs.size(); i++) {
-        auto p = static_cast<char *>(bufs[i]);
-        auto it = std::upper_bound(l1_.begin(), l1_.end(), p,
-                                   [](char *v, const L1Block &blk) { return v < blk.ptr; });
-        bool ok = false;
-        if (it != l1_.begin()) {
-            const L1Block &blk = *(it - 1);
-            uint64_t off = uint64_t(p - blk.ptr);
-            ok = off < blk.size && sizes[i] <= blk.size - off;
-        }
-        if (!ok) {
-            msg = "buffer #" + std::to_string(i) + " (" + std::to_string(sizes[i]) +
-                  " bytes) is not inside one registered L1 block: with L1 registered, "
-                  "every transfer buffer must lie within a single block";
-            return MCS_E_OUTSIDE_L1;
-        }
-    }
-    return MCS_OK;
-}
-
-int Engine::submit(int op, const char *const *keys, size_t n, void *const *bufs,
-                   const uint64_t *sizes, int64_t *results, int flags, const void *rcfg,
-                   bool sync, uint64_t *id_out) {
-    if (op < 0 || op > MCS_OP_SIZE) throw Error(MCS_E_INVALID_ARG, "unknown op " + std::to_string(op));
+// Validates a batch, copies its keys and sizes, and admits it to its lane.
+std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
+    const int op = in.op;
+    const size_t n = in.n;
+    if (op < 0 || op >= kOps) throw Error(MCS_E_INVALID_ARG, "unknown op " + std::to_string(op));
     if (n == 0) throw Error(MCS_E_INVALID_ARG, "empty batch: n must be at least 1");
     if (n > (1u << 24)) throw Error(MCS_E_INVALID_ARG, "batch too large (over 16777216 keys)");
-    if (!keys) throw Error(MCS_E_INVALID_ARG, "keys is NULL");
-    if (!results) throw Error(MCS_E_INVALID_ARG, "results is NULL");
-    if (!sync && !id_out) throw Error(MCS_E_INVALID_ARG, "id_out is NULL");
-    if (flags & ~(MCS_FLAG_FORCE | MCS_FLAG_SKIP_EXISTING))
-        throw Error(MCS_E_INVALID_ARG, "unknown flags " + std::to_string(flags));
-    bool with_bufs = op_has_buffers(op);
-    if (with_bufs && (!bufs || !sizes))
-        throw Error(MCS_E_INVALID_ARG, "bufs and sizes are required for this operation");
-    if (!with_bufs && (bufs || sizes))
-        throw Error(MCS_E_INVALID_ARG, "bufs and sizes must be NULL for this operation");
+    if (!in.key_data || !in.key_offsets)
+        throw Error(MCS_E_INVALID_ARG, "key_data or key_offsets is NULL");
+    if (!in.results) throw Error(MCS_E_INVALID_ARG, "results is NULL");
+    if (in.flags & ~(MCS_FLAG_FORCE | MCS_FLAG_SKIP_EXISTING))
+        throw Error(MCS_E_INVALID_ARG, "unknown flags " + std::to_string(in.flags));
+    const bool with_bufs = op_has_buffers(op);
+    if (with_bufs && (!in.bufs || !in.sizes))
+        throw Error(MCS_E_INVALID_ARG,
+                    std::string("bufs and sizes are required for ") + op_name(op));
+    if (!with_bufs && (in.bufs || in.sizes))
+        throw Error(MCS_E_INVALID_ARG,
+                    std::string("bufs and sizes must be NULL for ") + op_name(op));
+    if (op == MCS_OP_GET_BUFFER && !in.values)
+        throw Error(MCS_E_INVALID_ARG, "values is required for get_buffer");
 
     auto b = std::make_shared<Batch>();
     b->op = op;
-    b->flags = flags;
-    b->results = results;
+    b->flags = in.flags;
+    b->results = in.results;
+    b->values = op == MCS_OP_GET_BUFFER ? in.values : nullptr;
     b->sync = sync;
     b->keys.reserve(n);
+    const uint64_t *off = in.key_offsets;
     for (size_t i = 0; i < n; i++) {
-        if (!keys[i]) throw Error(MCS_E_INVALID_ARG, "key #" + std::to_string(i) + " is NULL");
-        if (!keys[i][0]) throw Error(MCS_E_INVALID_ARG, "key #" + std::to_string(i) + " is empty");
-        b->keys.emplace_back(keys[i]);
+        if (off[i + 1] < off[i])
+            throw Error(MCS_E_INVALID_ARG, "key_offsets decrease at " + key_no(i));
+        size_t len = size_t(off[i + 1] - off[i]);
+        if (!len) throw Error(MCS_E_INVALID_ARG, key_no(i) + " is empty");
+        const char *k = in.key_data + off[i];
+        if (std::memchr(k, '\0', len))
+            throw Error(MCS_E_INVALID_ARG, key_no(i) + " contains a NUL byte");
+        b->keys.emplace_back(k, len);
     }
     if (n > 1) {
         std::unordered_set<std::string_view> seen;
@@ -395,8 +194,8 @@ int Engine::submit(int op, const char *const *keys, size_t n, void *const *bufs,
                             "key " + quote_key(k) + " appears more than once in the batch");
     }
     if (with_bufs) {
-        b->bufs.assign(bufs, bufs + n);
-        b->sizes.assign(sizes, sizes + n);
+        b->bufs.assign(in.bufs, in.bufs + n);
+        b->sizes.assign(in.sizes, in.sizes + n);
         for (size_t i = 0; i < n; i++) {
             if (!b->bufs[i])
                 throw Error(MCS_E_INVALID_ARG, "buffer #" + std::to_string(i) + " is NULL");
@@ -404,16 +203,15 @@ int Engine::submit(int op, const char *const *keys, size_t n, void *const *bufs,
                 throw Error(MCS_E_INVALID_ARG, "size #" + std::to_string(i) + " is zero");
         }
         std::string msg;
-        int rc = check_l1(b->bufs, b->sizes, msg);
+        int rc = l1_.check(b->bufs, b->sizes, msg);
         if (rc) throw Error(rc, msg);
     }
     if (op == MCS_OP_PUT || op == MCS_OP_UPSERT) {
-        b->rcfg = rcfg ? rcfg : default_rcfg_.load();
+        b->rcfg = in.replicate_config ? in.replicate_config : default_rcfg_.load();
         if (!b->rcfg)
             throw Error(MCS_E_INVALID_ARG, "no ReplicateConfig given and no default set "
                                            "(mcs_client_set_default_replicate_config)");
     }
-
     Lane *lane = route_[op];
     b->lane = lane;
     int rc = lane->admit();
@@ -422,17 +220,29 @@ int Engine::submit(int op, const char *const *keys, size_t n, void *const *bufs,
     if (rc) throw Error(rc, "client is closing");
     b->id = next_id_.fetch_add(1);
     b->t0 = Clock::now();
-    if (id_out) *id_out = b->id;
+    return b;
+}
 
+int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
+    if (!id_out && (!sync || in.op == MCS_OP_GET_BUFFER))
+        throw Error(MCS_E_INVALID_ARG, sync ? "id_out is required for get_buffer (its values "
+                                              "are released with mcs_release(id))"
+                                            : "id_out is NULL");
+    std::shared_ptr<Batch> b = accept(in, sync);
+    if (id_out) *id_out = b->id;
+    Lane *lane = b->lane;
     std::vector<Tile> tiles = split(b);
     b->remaining.store(uint32_t(tiles.size()));
     if (!sync) {
         lane->push(std::move(tiles));
         return MCS_OK;
     }
-    // Synchronous: run the first tile here if the lane has an idle slot.
+    // Synchronous: run the first tile here if the lane has an idle slot and
+    // the caller set no deadline (a thread inside Mooncake cannot stop
+    // waiting; a worker can be left to finish).
+    const bool timed = in.timeout_ms > 0;
     Tile mine;
-    bool inline_run = lane->try_take_slot();
+    bool inline_run = !timed && lane->try_take_slot();
     if (inline_run) {
         mine = tiles.front();
         tiles.erase(tiles.begin());
@@ -443,13 +253,25 @@ int Engine::submit(int op, const char *const *keys, size_t n, void *const *bufs,
         lane->release_slot();
     }
     std::unique_lock<std::mutex> lk(b->mu);
-    b->cv.wait(lk, [&] { return b->done; });
-    if (b->status) {
-        std::string msg = b->message;
-        int st = b->status;
-        lk.unlock();
-        throw Error(st, msg);
+    if (timed) {
+        if (!b->cv.wait_for(lk, std::chrono::milliseconds(in.timeout_ms),
+                            [&] { return b->done; })) {
+            b->abandoned = true;  // complete() posts a completion instead
+            lk.unlock();
+            {
+                std::lock_guard<std::mutex> slk(stats_mu_);
+                ops_[b->op].timeouts++;
+            }
+            throw Error(MCS_E_TIMEOUT,
+                        std::string(op_name(b->op)) + " of " + std::to_string(b->keys.size()) +
+                            (b->keys.size() == 1 ? " key" : " keys") + " did not finish within " +
+                            std::to_string(in.timeout_ms) + " ms (batch " +
+                            std::to_string(b->id) + " goes on and will post a completion)");
+        }
+    } else {
+        b->cv.wait(lk, [&] { return b->done; });
     }
+    if (b->status) throw Error(b->status, b->message);
     return MCS_OK;
 }
 
@@ -477,7 +299,6 @@ void Engine::run_tile(const Tile &tile) {
         if (v.size() != n) {
             err = "Mooncake returned " + std::to_string(v.size()) + " results for " +
                   std::to_string(n) + " keys";
-            for (size_t i = 0; i < n; i++) res[i] = MCS_E_INTERNAL;
             return;
         }
         for (size_t i = 0; i < n; i++) res[i] = int64_t(v[i]);
@@ -490,6 +311,20 @@ void Engine::run_tile(const Tile &tile) {
             for (size_t i = 0; i < n; i++) res[i] = backend_->size(keys[i]);
             break;
         case MCS_OP_GET: copy_int(backend_->get_into(keys, bufs, sizes)); break;
+        case MCS_OP_GET_BUFFER: {
+            HeldValues hv = backend_->get_buffers(keys);
+            copy_int(hv.sizes);
+            if (err.empty() && hv.values.size() == n) {
+                for (size_t i = 0; i < n; i++) b.values[begin + i] = hv.values[i];
+            } else if (err.empty()) {
+                err = "Mooncake returned a wrong number of buffers";
+            }
+            if (hv.hold) {
+                std::lock_guard<std::mutex> lk(b.mu);
+                b.holds.push_back(std::move(hv.hold));
+            }
+            break;
+        }
         case MCS_OP_REMOVE: copy_int(backend_->remove(keys, b.flags & MCS_FLAG_FORCE)); break;
         case MCS_OP_UPSERT: copy_int(backend_->put_from(keys, bufs, sizes, b.rcfg, true)); break;
         case MCS_OP_PUT:
@@ -522,18 +357,19 @@ void Engine::run_tile(const Tile &tile) {
         }
     } catch (const std::exception &e) {
         err = std::string("exception in Mooncake call: ") + e.what();
-        for (size_t i = 0; i < n; i++) res[i] = MCS_E_INTERNAL;
     } catch (...) {
         err = "unknown exception in Mooncake call";
-        for (size_t i = 0; i < n; i++) res[i] = MCS_E_INTERNAL;
     }
-    finish_tile(b, b.results, begin, end, err);
+    if (!err.empty())
+        for (size_t i = 0; i < n; i++) res[i] = MCS_E_INTERNAL;
+    finish_tile(b, begin, end, err);
     if (b.remaining.fetch_sub(1) == 1) complete(tile.batch);
 }
 
 bool Engine::mergeable(const Tile &t) {
     int op = t.batch->op;
-    return (op == MCS_OP_GET || op == MCS_OP_EXISTS) && t.end - t.begin <= 16;
+    return (op == MCS_OP_GET || op == MCS_OP_GET_BUFFER || op == MCS_OP_EXISTS) &&
+           t.end - t.begin <= 16;
 }
 
 void Engine::run_merged(std::vector<Tile> &tiles) {
@@ -562,6 +398,7 @@ void Engine::run_merged(std::vector<Tile> &tiles) {
         }
     }
     std::vector<int64_t> res(keys.size(), MCS_E_INTERNAL);
+    HeldValues hv;
     std::string err;
     try {
         if (op == MCS_OP_EXISTS) {
@@ -570,6 +407,12 @@ void Engine::run_merged(std::vector<Tile> &tiles) {
                 std::copy(v.begin(), v.end(), res.begin());
             else
                 err = "Mooncake returned a wrong number of results";
+        } else if (op == MCS_OP_GET_BUFFER) {
+            hv = backend_->get_buffers(keys);
+            if (hv.sizes.size() == keys.size() && hv.values.size() == keys.size())
+                res = hv.sizes;
+            else
+                err = "Mooncake returned a wrong number of buffers";
         } else {
             std::vector<int64_t> v = backend_->get_into(keys, bufs, sizes);
             if (v.size() == keys.size())
@@ -582,31 +425,76 @@ void Engine::run_merged(std::vector<Tile> &tiles) {
     } catch (...) {
         err = "unknown exception in Mooncake call";
     }
+    if (!err.empty()) std::fill(res.begin(), res.end(), int64_t(MCS_E_INTERNAL));
     size_t off = 0;
     for (const Tile *t : merged) {
         Batch &b = *t->batch;
         size_t n = t->end - t->begin;
         std::copy(res.begin() + off, res.begin() + off + n, b.results + t->begin);
+        if (op == MCS_OP_GET_BUFFER && err.empty()) {
+            std::copy(hv.values.begin() + off, hv.values.begin() + off + n,
+                      b.values + t->begin);
+            if (hv.hold) {
+                std::lock_guard<std::mutex> lk(b.mu);
+                b.holds.push_back(hv.hold);  // shared by every merged batch
+            }
+        }
         off += n;
-        finish_tile(b, b.results, t->begin, t->end, err);
+        finish_tile(b, t->begin, t->end, err);
         if (b.remaining.fetch_sub(1) == 1) complete(t->batch);
     }
     for (const Tile *t : alone) run_tile(*t);
 }
 
-void Engine::finish_tile(Batch &b, const int64_t *results, size_t begin, size_t end,
-                         const std::string &err) {
+void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &err) {
     std::lock_guard<std::mutex> lk(b.mu);
+    if (!err.empty() && b.status == 0) {
+        b.status = MCS_E_INTERNAL;
+        b.message = err;
+    }
     for (size_t i = begin; i < end; i++) {
-        int64_t r = results[i];
-        if (r >= 0 || r == kObjectNotFound) continue;
+        int64_t r = b.results[i];
+        if (key_ok(r)) continue;
         b.n_failed++;
-        if (b.status == 0) {
-            b.status = int(r);
-            b.message = err.empty() ? "key " + quote_key(b.keys[i]) + ": " + describe(int(r))
-                                    : err;
+        if (b.first_error == 0) {
+            b.first_error = int(r);
+            if (b.message.empty())
+                b.message = "key " + quote_key(b.keys[i]) + ": " + describe(int(r));
         }
     }
+}
+
+void Engine::count(const Batch &b, double us, bool failed) {
+    uint64_t bytes = 0, failed_keys = 0, no_space = 0;
+    const size_t n = b.keys.size();
+    if (b.status == 0) {
+        for (size_t i = 0; i < n; i++) {
+            int64_t r = b.results[i];
+            if (r >= 0) {
+                if (b.op == MCS_OP_GET || b.op == MCS_OP_GET_BUFFER)
+                    bytes += uint64_t(r);
+                else if ((b.op == MCS_OP_PUT || b.op == MCS_OP_UPSERT) && r == 0)
+                    bytes += b.sizes[i];
+            } else if (!key_ok(r)) {
+                failed_keys++;
+                if (r == kNoAvailableHandle) no_space++;
+            }
+        }
+    } else {
+        failed_keys = n;
+    }
+    int bucket = 0;
+    if (us >= 1.0) bucket = std::min(kOpBuckets - 1, int(std::floor(std::log2(us))) + 1);
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    OpCounters &o = ops_[b.op];
+    o.calls++;
+    o.keys += n;
+    o.failed_calls += failed ? 1 : 0;
+    o.failed_keys += failed_keys;
+    o.bytes += bytes;
+    o.no_space += no_space;
+    o.sum_us += us;
+    o.buckets[bucket]++;
 }
 
 void Engine::complete(const std::shared_ptr<Batch> &b) {
@@ -614,24 +502,31 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
     bool failed;
     {
         std::lock_guard<std::mutex> lk(b->mu);
-        failed = b->status != 0;
+        failed = b->status != 0 || b->n_failed != 0;
+        if (!b->holds.empty()) {
+            std::lock_guard<std::mutex> hlk(holds_mu_);
+            holds_[b->id] = std::move(b->holds);
+        }
     }
-    if (b->sync) {
-        // Free the lane slot before waking the caller, so its next call sees it.
-        b->lane->finished(us, failed, b->keys.size());
-        std::lock_guard<std::mutex> lk(b->mu);
-        b->done = true;
-        b->cv.notify_all();
-        return;
-    }
+    count(*b, us, failed);
+    // Free the lane slot before waking a caller, so its next call sees it.
+    b->lane->finished(us, failed, b->keys.size());
     mcs_completion c{};
-    c.id = b->id;
-    c.op = b->op;
-    c.n_keys = uint32_t(b->keys.size());
     {
         std::lock_guard<std::mutex> lk(b->mu);
+        if (b->sync && !b->abandoned) {
+            b->done = true;
+            b->cv.notify_all();
+            return;
+        }
+        c.struct_size = sizeof c;
+        c.id = b->id;
+        c.op = b->op;
+        c.n_keys = uint32_t(b->keys.size());
         c.status = b->status;
+        c.first_error = b->first_error;
         c.n_failed = b->n_failed;
+        c.timed_out = b->abandoned ? 1 : 0;
         std::snprintf(c.message, sizeof c.message, "%s", b->message.c_str());
     }
     {
@@ -645,16 +540,37 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
         }
     }
     cq_cv_.notify_all();
-    b->lane->finished(us, failed, b->keys.size());
 }
 
-int Engine::drain(mcs_completion *out, size_t cap) {
+int Engine::release(uint64_t id) {
+    std::vector<std::shared_ptr<void>> gone;
+    {
+        std::lock_guard<std::mutex> lk(holds_mu_);
+        auto it = holds_.find(id);
+        if (it == holds_.end()) return MCS_OK;
+        gone = std::move(it->second);
+        holds_.erase(it);
+    }
+    return MCS_OK;  // `gone` releases Mooncake's buffers outside the lock
+}
+
+int Engine::drain(mcs_completion *out, size_t cap, size_t elem_size) {
     if (!out && cap) throw Error(MCS_E_INVALID_ARG, "out is NULL");
+    if (cap && elem_size < offsetof(mcs_completion, message) + 1)
+        throw Error(MCS_E_INVALID_ARG, "elem_size " + std::to_string(elem_size) +
+                                           " is smaller than struct mcs_completion's fields");
+    const size_t copy = std::min(elem_size, sizeof(mcs_completion));
+    auto *dst = reinterpret_cast<unsigned char *>(out);
     std::lock_guard<std::mutex> lk(cq_mu_);
     size_t k = 0;
     while (k < cap && !cq_.empty()) {
-        out[k++] = cq_.front();
+        mcs_completion c = cq_.front();
         cq_.pop_front();
+        c.struct_size = uint32_t(copy);
+        unsigned char *slot = dst + k * elem_size;
+        std::memcpy(slot, &c, copy);
+        if (copy < sizeof c) slot[copy - 1] = 0;  // keep a cut message terminated
+        k++;
     }
     if (cq_.empty() && signaled_) {
         uint64_t v;
@@ -677,59 +593,14 @@ int Engine::wait(int timeout_ms) {
 }
 
 int Engine::register_l1(void *ptr, uint64_t size, uint64_t max_block) {
-    if (!ptr) throw Error(MCS_E_INVALID_ARG, "L1 pointer is NULL");
-    if (!size) throw Error(MCS_E_INVALID_ARG, "L1 size is zero");
-    if (!max_block) {
-        max_block = uint64_t(1) << 40;
-        if (const char *env = std::getenv("MC_MAX_MR_SIZE")) {
-            char *end = nullptr;
-            unsigned long long v = std::strtoull(env, &end, 10);
-            if (end != env && v > 0) max_block = v;
-        }
-    }
-    std::unique_lock<std::shared_mutex> lk(l1_mu_);
-    if (!l1_.empty())
-        throw Error(MCS_E_STATE, "an L1 region is already registered; unregister it first");
-    char *base = static_cast<char *>(ptr);
-    uint64_t off = 0;
-    while (off < size) {
-        uint64_t len = std::min(max_block, size - off);
-        int rc = backend_->register_buffer(base + off, len);
-        if (rc != 0) {
-            uint64_t failed_at = off;
-            size_t done = l1_.size();
-            unregister_l1_locked();
-            throw Error(rc, "registering L1 block #" + std::to_string(done) + " (offset " +
-                                std::to_string(failed_at) + ", " + std::to_string(len) +
-                                " bytes) failed: " + describe(rc) +
-                                "; the blocks already registered were unregistered");
-        }
-        l1_.push_back({base + off, len});
-        off += len;
-    }
+    l1_.register_region(*backend_, ptr, size, max_block);
     return MCS_OK;
-}
-
-int Engine::unregister_l1_locked() {
-    int first = 0;
-    while (!l1_.empty()) {
-        int rc = backend_->unregister_buffer(l1_.back().ptr);
-        if (rc && !first) first = rc;
-        l1_.pop_back();
-    }
-    return first;
 }
 
 int Engine::unregister_l1() {
-    std::unique_lock<std::shared_mutex> lk(l1_mu_);
-    int rc = unregister_l1_locked();
+    int rc = l1_.unregister_all(*backend_);
     if (rc) throw Error(rc, "unregistering an L1 block failed: " + describe(rc));
     return MCS_OK;
-}
-
-uint32_t Engine::l1_blocks() {
-    std::shared_lock<std::shared_mutex> lk(l1_mu_);
-    return uint32_t(l1_.size());
 }
 
 int Engine::lane_stats(int lane, mcs_lane_stats *out) {
@@ -738,6 +609,13 @@ int Engine::lane_stats(int lane, mcs_lane_stats *out) {
         throw Error(MCS_E_INVALID_ARG, "unknown lane " + std::to_string(lane));
     std::memset(out, 0, sizeof *out);
     if (lanes_[lane]) lanes_[lane]->stats(out);
+    return MCS_OK;
+}
+
+int Engine::op_stats(int op, OpCounters *out) {
+    if (op < 0 || op >= kOps) throw Error(MCS_E_INVALID_ARG, "unknown op " + std::to_string(op));
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    *out = ops_[op];
     return MCS_OK;
 }
 
@@ -752,10 +630,14 @@ int Engine::close() {
     for (auto &lane : lanes_)
         if (lane) lane->stop();
     {
-        std::unique_lock<std::shared_mutex> lk(l1_mu_);
-        unregister_l1_locked();
+        // Mooncake's buffers must go back before its teardown.
+        std::lock_guard<std::mutex> lk(holds_mu_);
+        holds_.clear();
     }
-    if (backend_) backend_->teardown();
+    if (backend_) {
+        l1_.unregister_all(*backend_);
+        backend_->teardown();
+    }
     {
         std::lock_guard<std::mutex> lk(cq_mu_);
         state_.store(kClosed);

@@ -99,6 +99,7 @@ constexpr CodeInfo kCodes[] = {
     {MCS_E_NOMEM, "MCS_E_NOMEM", "out of memory"},
     {MCS_E_STATE, "MCS_E_STATE", "not allowed in the current state"},
     {MCS_E_INTERNAL, "MCS_E_INTERNAL", "unexpected internal error in the shim"},
+    {MCS_GET_UNREAD, "MCS_GET_UNREAD", "not read through Mooncake's buffer; read it another way"},
 };
 
 const CodeInfo *find(int code) {

@@ -19,6 +19,9 @@
 
 namespace mooncake {
 class RealClient;
+// Opaque: reached only through its exported ptr() / size() and destroyed
+// through the shared_ptr control block store.so created.
+class BufferHandle;
 // Only its typeid is used (to receive a pointer from pybind11); the layout
 // of the real ReplicateConfig is never touched here.
 struct ReplicateConfig {};
@@ -27,7 +30,9 @@ struct ReplicateConfig {};
 namespace mcs {
 namespace {
 
+using mooncake::BufferHandle;
 using mooncake::RealClient;
+using HandlePtr = std::shared_ptr<BufferHandle>;
 using mooncake::ReplicateConfig;
 using ConfigDict = std::unordered_map<std::string, std::string>;
 using PtrVec = std::vector<void *>;
@@ -60,6 +65,10 @@ struct Symbols {
     int (*is_exist)(RealClient *, const std::string &);
     std::string (*get_hostname)(const RealClient *);
     int64_t (*get_into)(RealClient *, const std::string &, void *, size_t);
+    HandlePtr (*get_buffer)(RealClient *, const std::string &);
+    std::vector<HandlePtr> (*batch_get_buffer)(RealClient *, const StrVec &);
+    void *(*handle_ptr)(const BufferHandle *);
+    size_t (*handle_size)(const BufferHandle *);
     int32_t *minloglevel;
 };
 
@@ -99,6 +108,13 @@ constexpr SymbolName kSymbols[] = {
     {"_ZNK8mooncake10RealClient12get_hostnameB5cxx11Ev", "RealClient::get_hostname()"},
     {"_ZN8mooncake10RealClient8get_intoERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPvm",
      "RealClient::get_into(key, void*, size_t)"},
+    {"_ZN8mooncake10RealClient10get_bufferERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+     "RealClient::get_buffer(key)"},
+    {"_ZN8mooncake10RealClient16batch_get_bufferERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_"
+     "traitsIcESaIcEEESaIS7_EE",
+     "RealClient::batch_get_buffer(keys)"},
+    {"_ZNK8mooncake12BufferHandle3ptrEv", "BufferHandle::ptr()"},
+    {"_ZNK8mooncake12BufferHandle4sizeEv", "BufferHandle::size()"},
     {"_ZN3fLI17FLAGS_minloglevelE", "glog FLAGS_minloglevel"},
 };
 static_assert(sizeof(kSymbols) / sizeof(kSymbols[0]) == sizeof(Symbols) / sizeof(void *),
@@ -202,6 +218,31 @@ public:
         if (keys.size() == 1 && single_get_)
             return {g_sym.get_into(client_.get(), keys[0], bufs[0], sizes[0])};
         return g_sym.batch_get(client_.get(), keys, bufs, sizes);
+    }
+    // Mooncake sizes and reads each value into its client's local buffer in
+    // one round trip (a batch query, then the transfers).  A null handle
+    // means it did not: missing, not ready, the local buffer full, or a
+    // failed transfer -- Mooncake does not say which, so it is "unread".
+    HeldValues get_buffers(const StrVec &keys) override {
+        auto handles = std::make_shared<std::vector<HandlePtr>>();
+        if (keys.size() == 1)
+            handles->push_back(g_sym.get_buffer(client_.get(), keys[0]));
+        else
+            *handles = g_sym.batch_get_buffer(client_.get(), keys);
+        HeldValues out;
+        const size_t n = handles->size();
+        out.values.resize(n, nullptr);
+        out.sizes.resize(n, MCS_GET_UNREAD);
+        bool any = false;
+        for (size_t i = 0; i < n; i++) {
+            const BufferHandle *h = (*handles)[i].get();
+            if (!h) continue;
+            out.values[i] = g_sym.handle_ptr(h);
+            out.sizes[i] = int64_t(g_sym.handle_size(h));
+            any = true;
+        }
+        if (any) out.hold = std::move(handles);
+        return out;
     }
     std::vector<int> put_from(const StrVec &keys, const PtrVec &bufs, const SizeVec &sizes,
                               const void *rcfg, bool upsert) override {

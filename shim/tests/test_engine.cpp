@@ -75,6 +75,25 @@ public:
         }
         return r;
     }
+    // Copies of the values, kept alive by the hold; "unread" for missing keys.
+    mcs::HeldValues get_buffers(const mcs::StrVec &keys) override {
+        get_calls++;
+        while (block_gets.load()) std::this_thread::sleep_for(1ms);
+        std::lock_guard<std::mutex> lk(mu);
+        auto copies = std::make_shared<std::vector<std::string>>();
+        copies->reserve(keys.size());
+        mcs::HeldValues hv;
+        for (auto &k : keys) {
+            auto it = data.find(k);
+            copies->push_back(it == data.end() ? std::string() : it->second);
+            hv.values.push_back(it == data.end() ? nullptr : copies->back().data());
+            hv.sizes.push_back(it == data.end() ? int64_t(MCS_GET_UNREAD) : int64_t(it->second.size()));
+        }
+        held.push_back(copies);
+        hv.hold = copies;
+        return hv;
+    }
+    std::vector<std::weak_ptr<std::vector<std::string>>> held;
     std::vector<int> put_from(const mcs::StrVec &keys, const std::vector<void *> &bufs,
                               const std::vector<size_t> &sizes, const void *, bool upsert) override {
         puts_running++;
@@ -123,15 +142,33 @@ public:
     }
 };
 
+// Keys packed the way the C ABI takes them: bytes back to back, n + 1 offsets.
 struct Keys {
-    std::vector<std::string> owned;
-    std::vector<const char *> ptrs;
-    explicit Keys(std::vector<std::string> names) : owned(std::move(names)) {
-        for (auto &s : owned) ptrs.push_back(s.c_str());
+    std::string data;
+    std::vector<uint64_t> offsets{0};
+    explicit Keys(const std::vector<std::string> &names) {
+        for (auto &s : names) {
+            data += s;
+            offsets.push_back(data.size());
+        }
     }
-    const char *const *data() const { return ptrs.data(); }
-    size_t size() const { return ptrs.size(); }
+    size_t size() const { return offsets.size() - 1; }
 };
+
+mcs_batch make_batch(int op, const Keys &k, void *const *bufs, const uint64_t *sizes,
+                     int64_t *res, int flags = 0) {
+    mcs_batch b{};
+    b.struct_size = sizeof b;
+    b.op = op;
+    b.flags = flags;
+    b.n = k.size();
+    b.key_data = k.data.data();
+    b.key_offsets = k.offsets.data();
+    b.bufs = bufs;
+    b.sizes = sizes;
+    b.results = res;
+    return b;
+}
 
 const int kRcfg = 0;  // any non-null pointer stands in for a ReplicateConfig
 
@@ -144,20 +181,21 @@ struct Fixture {
         engine = std::make_unique<mcs::Engine>(std::move(s), &lanes);
         engine->set_default_rcfg(&kRcfg);
     }
-    int run(int op, const Keys &k, void *const *bufs, const uint64_t *sizes, int64_t *res,
-            int flags = 0) {
+    int run_batch(const mcs_batch &b, uint64_t *id = nullptr) {
         try {
-            return engine->submit(op, k.data(), k.size(), bufs, sizes, res, flags, nullptr, true,
-                                  nullptr);
+            return engine->submit(b, true, id);
         } catch (const mcs::Error &e) {
             return e.code;
         }
     }
+    int run(int op, const Keys &k, void *const *bufs, const uint64_t *sizes, int64_t *res,
+            int flags = 0) {
+        return run_batch(make_batch(op, k, bufs, sizes, res, flags));
+    }
     int submit(int op, const Keys &k, void *const *bufs, const uint64_t *sizes, int64_t *res,
                uint64_t *id, int flags = 0) {
         try {
-            return engine->submit(op, k.data(), k.size(), bufs, sizes, res, flags, nullptr, false,
-                                  id);
+            return engine->submit(make_batch(op, k, bufs, sizes, res, flags), false, id);
         } catch (const mcs::Error &e) {
             return e.code;
         }
@@ -167,7 +205,7 @@ struct Fixture {
         auto deadline = std::chrono::steady_clock::now() + limit;
         while (got.size() < want && std::chrono::steady_clock::now() < deadline) {
             mcs_completion c[16];
-            int n = engine->drain(c, 16);
+            int n = engine->drain(c, 16, sizeof(mcs_completion));
             for (int i = 0; i < n; i++) got.push_back(c[i]);
             if (got.size() < want) {
                 try {
@@ -233,11 +271,14 @@ void test_first_error_is_kept_and_counted() {
     auto got = f.drain_all(1);
     CHECK(got.size() == 1);
     if (got.size() == 1) {
-        CHECK(got[0].id == id && got[0].status == -800 && got[0].n_failed == 1);
+        CHECK(got[0].id == id && got[0].status == 0 && got[0].first_error == -800 &&
+              got[0].n_failed == 1);
         CHECK(std::strstr(got[0].message, "poison") != nullptr);
     }
     CHECK(res[0] == 0 && res[1] == -800 && res[2] == 0);
-    CHECK(f.run(MCS_OP_PUT, k, bufs, sizes, res) == -800);  // sync reports it too
+    res[1] = 0;
+    CHECK(f.run(MCS_OP_PUT, k, bufs, sizes, res) == 0);  // the batch ran: per key only
+    CHECK(res[1] == -800);
 }
 
 void test_tiles_make_exactly_one_completion() {
@@ -263,7 +304,7 @@ void test_tiles_make_exactly_one_completion() {
     for (auto r : res) CHECK(r == 0);
     std::this_thread::sleep_for(50ms);
     mcs_completion extra[4];
-    CHECK(f.engine->drain(extra, 4) == 0);
+    CHECK(f.engine->drain(extra, 4, sizeof(mcs_completion)) == 0);
     mcs_lane_stats st{};
     f.engine->lane_stats(MCS_LANE_STORE, &st);
     CHECK(st.completed == 1 && st.keys == 10 && st.workers == 3);
@@ -441,7 +482,7 @@ void test_eventfd_is_readable_until_drained() {
     CHECK(f.submit(MCS_OP_EXISTS, k, nullptr, nullptr, r, &id) == 0);
     CHECK(poll(&p, 1, 5000) == 1);
     mcs_completion c[2];
-    CHECK(f.engine->drain(c, 2) == 1);
+    CHECK(f.engine->drain(c, 2, sizeof(mcs_completion)) == 1);
     p.revents = 0;
     CHECK(poll(&p, 1, 0) == 0);
 }
@@ -471,7 +512,7 @@ void test_close_drains_accepted_work_and_refuses_more() {
     CHECK(f.store->teardowns.load() == 1);  // torn down once
     CHECK(f.engine->enter() == MCS_E_CLOSED);
     mcs_completion c[8];
-    CHECK(f.engine->drain(c, 8) == 5);  // completions survive close
+    CHECK(f.engine->drain(c, 8, sizeof(mcs_completion)) == 5);  // completions survive close
 }
 
 void test_close_waits_for_threads_inside_calls() {
@@ -617,12 +658,133 @@ void test_concurrent_mixed_load() {
     mcs_completion c[64];
     size_t drained = 0;
     int n;
-    while ((n = f.engine->drain(c, 64)) > 0) drained += size_t(n);
+    while ((n = f.engine->drain(c, 64, sizeof(mcs_completion))) > 0) drained += size_t(n);
     CHECK(drained == 6 * 300);
     CHECK(f.store->data.empty());
 }
 
 }  // namespace
+
+void test_get_buffer_holds_values_until_released() {
+    Fixture f;
+    Keys k({"a", "b"});
+    std::string va = "alpha", vb(5000, 'b');
+    void *bufs[] = {va.data(), vb.data()};
+    uint64_t sizes[] = {va.size(), vb.size()};
+    int64_t res[3] = {};
+    CHECK(f.run(MCS_OP_PUT, k, bufs, sizes, res) == 0);
+    Keys k3({"a", "missing", "b"});
+    const void *values[3] = {};
+    mcs_batch b = make_batch(MCS_OP_GET_BUFFER, k3, nullptr, nullptr, res);
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);  // no values array
+    b.values = values;
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);  // no id to release with
+    uint64_t id = 0;
+    CHECK(f.run_batch(b, &id) == 0 && id != 0);
+    CHECK(res[0] == 5 && res[1] == MCS_GET_UNREAD && res[2] == 5000);
+    CHECK(values[0] && std::memcmp(values[0], "alpha", 5) == 0 && values[1] == nullptr);
+    CHECK(values[2] && static_cast<const char *>(values[2])[4999] == 'b');
+    CHECK(f.store->held.size() == 1 && !f.store->held[0].expired());
+    CHECK(f.engine->release(id) == 0);
+    CHECK(f.store->held[0].expired());
+    CHECK(f.engine->release(id) == 0);  // unknown ids are ignored
+    mcs::OpCounters o;
+    f.engine->op_stats(MCS_OP_GET_BUFFER, &o);
+    CHECK(o.calls == 1 && o.keys == 3 && o.failed_calls == 0 && o.bytes == 5005);
+}
+
+void test_held_values_are_released_at_close() {
+    Fixture f;
+    Keys k({"a"});
+    char v[] = "v";
+    void *bufs[] = {v};
+    uint64_t sizes[] = {1};
+    int64_t res[1];
+    CHECK(f.run(MCS_OP_PUT, k, bufs, sizes, res) == 0);
+    const void *values[1] = {};
+    mcs_batch b = make_batch(MCS_OP_GET_BUFFER, k, nullptr, nullptr, res);
+    b.values = values;
+    uint64_t id = 0;
+    CHECK(f.run_batch(b, &id) == 0);
+    CHECK(!f.store->held[0].expired());
+    f.engine->close();
+    CHECK(f.store->held[0].expired() && f.store->torn_down.load());
+}
+
+void test_timed_out_run_posts_a_completion() {
+    mcs_lanes lanes{};
+    lanes.retrieve = 1;
+    Fixture f(lanes);
+    Keys k({"a"});
+    char v[] = "v";
+    void *bufs[] = {v};
+    uint64_t sizes[] = {1};
+    int64_t res[1];
+    CHECK(f.run(MCS_OP_PUT, k, bufs, sizes, res) == 0);
+    f.store->block_gets = true;
+    char out[8];
+    void *obufs[] = {out};
+    uint64_t osz[] = {8};
+    mcs_batch b = make_batch(MCS_OP_GET, k, obufs, osz, res);
+    b.timeout_ms = 50;
+    uint64_t id = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(f.run_batch(b, &id) == MCS_E_TIMEOUT);
+    auto waited = std::chrono::steady_clock::now() - t0;
+    CHECK(waited >= 45ms && waited < 2s);
+    CHECK(id != 0);
+    f.store->block_gets = false;
+    auto got = f.drain_all(1);
+    CHECK(got.size() == 1);
+    if (got.size() == 1) CHECK(got[0].id == id && got[0].timed_out == 1 && got[0].status == 0);
+    CHECK(res[0] == 1 && out[0] == 'v');
+    mcs::OpCounters o;
+    f.engine->op_stats(MCS_OP_GET, &o);
+    CHECK(o.timeouts == 1 && o.calls == 1);
+}
+
+void test_op_stats_count_fast_paths_and_real_failures() {
+    Fixture f;
+    Keys one({"x"});
+    int64_t res[2];
+    CHECK(f.run(MCS_OP_EXISTS, one, nullptr, nullptr, res) == 0 && res[0] == 0);
+    Keys two({"ok", "poison"});
+    char v[] = "v";
+    void *bufs[] = {v, v};
+    uint64_t sizes[] = {1, 1};
+    CHECK(f.run(MCS_OP_PUT, two, bufs, sizes, res) == 0);
+    mcs::OpCounters e, p;
+    f.engine->op_stats(MCS_OP_EXISTS, &e);
+    f.engine->op_stats(MCS_OP_PUT, &p);
+    CHECK(e.calls == 1 && e.keys == 1 && e.failed_calls == 0);  // a miss is no failure
+    CHECK(p.calls == 1 && p.failed_calls == 1 && p.failed_keys == 1 && p.bytes == 1);
+    uint64_t total = 0;
+    for (uint64_t c : p.buckets) total += c;
+    CHECK(total == 1);
+}
+
+void test_packed_keys_are_validated() {
+    Fixture f;
+    int64_t res[2];
+    const char data[] = "abc\0d";
+    uint64_t bad_order[] = {0, 3, 2};
+    mcs_batch b{};
+    b.struct_size = sizeof b;
+    b.op = MCS_OP_EXISTS;
+    b.n = 2;
+    b.key_data = data;
+    b.key_offsets = bad_order;
+    b.results = res;
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
+    uint64_t with_nul[] = {0, 2, 5};
+    b.key_offsets = with_nul;
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
+    uint64_t fine[] = {0, 2, 3};
+    b.key_offsets = fine;
+    CHECK(f.run_batch(b) == 0);
+    b.key_offsets = nullptr;
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
+}
 
 int main() {
     struct Test {
@@ -644,6 +806,12 @@ int main() {
         {"close_waits_for_threads_inside_calls", test_close_waits_for_threads_inside_calls},
         {"l1_blocks_checks_and_rollback", test_l1_blocks_checks_and_rollback},
         {"concurrent_mixed_load", test_concurrent_mixed_load},
+        {"get_buffer_holds_values_until_released", test_get_buffer_holds_values_until_released},
+        {"held_values_are_released_at_close", test_held_values_are_released_at_close},
+        {"timed_out_run_posts_a_completion", test_timed_out_run_posts_a_completion},
+        {"op_stats_count_fast_paths_and_real_failures",
+         test_op_stats_count_fast_paths_and_real_failures},
+        {"packed_keys_are_validated", test_packed_keys_are_validated},
     };
     int passed = 0, failed = 0;
     for (auto &t : tests) {

@@ -1,0 +1,108 @@
+// The engine of one client: its lanes, the batches they run, the completion
+// queue signalled through an eventfd, values held for GET_BUFFER batches,
+// per-operation counters and the L1 region.  Thread-safe.
+#pragma once
+
+#include <unordered_map>
+
+#include "l1.hpp"
+#include "lane.hpp"
+
+namespace mcs {
+
+constexpr int kOps = MCS_OP_GET_BUFFER + 1;
+constexpr int kOpBuckets = 24;
+
+// Per-operation counters (mcs_op_stats without the caller's struct_size).
+struct OpCounters {
+    uint64_t calls = 0, keys = 0, failed_calls = 0, failed_keys = 0, bytes = 0;
+    uint64_t timeouts = 0, no_space = 0;
+    double sum_us = 0;
+    uint64_t buckets[kOpBuckets] = {};
+};
+
+class Engine {
+public:
+    Engine(std::unique_ptr<Backend> backend, const mcs_lanes *lanes);
+    ~Engine();
+    // Throws Error(MCS_E_INVALID_ARG) for a layout the engine refuses.
+    static void validate_lanes(const mcs_lanes *lanes);
+
+    // Call bracketing: enter() refuses once close() has begun.
+    int enter();
+    void leave();
+
+    // Accepts a batch (already read into a full-size mcs_batch).  sync: waits
+    // for it (up to in.timeout_ms when > 0) and returns MCS_OK once it ran.
+    int submit(const mcs_batch &in, bool sync, uint64_t *id_out);
+    int release(uint64_t id);
+    int drain(mcs_completion *out, size_t cap, size_t elem_size);
+    int wait(int timeout_ms);
+    int fd() const { return efd_; }
+
+    int register_l1(void *ptr, uint64_t size, uint64_t max_block);
+    int unregister_l1();
+    uint32_t l1_blocks() { return l1_.blocks(); }
+
+    void set_default_rcfg(const void *rcfg) { default_rcfg_.store(rcfg); }
+    int lane_stats(int lane, mcs_lane_stats *out);
+    int op_stats(int op, OpCounters *out);
+
+    // Idempotent.  Waits for calls in progress, runs every accepted batch to
+    // completion, joins the workers, releases held values, unregisters L1 and
+    // tears the backend down.
+    int close();
+    // close() without the backend's teardown (for a process about to exit).
+    int close_for_exit();
+    std::string hostname() { return backend_ ? backend_->hostname() : std::string(); }
+    // For a forked child: refuse everything, touch nothing.
+    void abandon();
+    bool closed() const { return state_.load() != kOpen; }
+
+    // Used by lanes.
+    void run_tile(const Tile &tile);
+    // Runs several small GET, GET_BUFFER or EXISTS tiles as one backend call.
+    void run_merged(std::vector<Tile> &tiles);
+    static bool mergeable(const Tile &tile);
+    uint32_t coalesce_keys() const { return coalesce_keys_; }
+
+private:
+    std::shared_ptr<Batch> accept(const mcs_batch &in, bool sync);
+    void finish_tile(Batch &b, size_t begin, size_t end, const std::string &err);
+    void complete(const std::shared_ptr<Batch> &b);
+    void count(const Batch &b, double us, bool failed);
+    std::vector<Tile> split(const std::shared_ptr<Batch> &b) const;
+
+    enum State { kOpen = 0, kClosing = 1, kClosed = 2 };
+
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<Lane> lanes_[MCS_LANE_COUNT];
+    Lane *route_[kOps] = {};  // op -> lane
+    uint32_t tile_keys_ = 0;
+    uint64_t tile_bytes_ = 0;
+    uint32_t coalesce_keys_ = 64;
+    std::atomic<const void *> default_rcfg_{nullptr};
+    std::atomic<uint64_t> next_id_{1};
+
+    std::atomic<int> state_{kOpen};
+    std::mutex calls_mu_;
+    std::condition_variable calls_cv_;
+    int calls_ = 0;
+    std::mutex close_mu_;
+
+    std::mutex cq_mu_;
+    std::condition_variable cq_cv_;
+    std::deque<mcs_completion> cq_;
+    bool signaled_ = false;
+    int efd_ = -1;
+
+    std::mutex holds_mu_;
+    std::unordered_map<uint64_t, std::vector<std::shared_ptr<void>>> holds_;
+
+    std::mutex stats_mu_;
+    OpCounters ops_[kOps];
+
+    L1Region l1_;
+};
+
+}  // namespace mcs

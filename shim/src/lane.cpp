@@ -1,0 +1,208 @@
+// Lanes: worker threads serving a FIFO of tiles, merging small reads that
+// wait together, with the bounded-queue admission policy and per-lane
+// counters; and the latency histogram they keep.
+#include <algorithm>
+#include <cmath>
+
+#include "engine.hpp"
+
+namespace mcs {
+
+// ---------------------------------------------------------------- Histogram
+
+void Histogram::add(double us) {
+    if (us < 0) us = 0;
+    int idx = 0;
+    if (us >= 1.0) {
+        int e = 0;
+        double m = std::frexp(us, &e);  // us = m * 2^e, m in [0.5, 1)
+        idx = 4 * (e - 1) + std::min(3, int((m - 0.5) * 8.0));
+    }
+    idx = std::clamp(idx, 0, kBuckets - 1);
+    buckets_[idx]++;
+    count_++;
+    sum_ += us;
+    max_ = std::max(max_, us);
+}
+
+double Histogram::percentile(double p) const {
+    if (!count_) return 0.0;
+    uint64_t want = uint64_t(std::ceil(p / 100.0 * double(count_)));
+    if (want == 0) want = 1;
+    uint64_t seen = 0;
+    for (int i = 0; i < kBuckets; i++) {
+        seen += buckets_[i];
+        if (seen >= want) {
+            // upper edge of bucket i
+            int e = i / 4 + 1;
+            double m = 0.5 + (i % 4 + 1) / 8.0;
+            return std::min(std::ldexp(m, e), max_);
+        }
+    }
+    return max_;
+}
+
+// --------------------------------------------------------------------- Lane
+
+Lane::Lane(Engine *engine, int id, uint32_t workers, uint32_t capacity, int32_t wait_ms)
+    : engine_(engine), id_(id), workers_(workers), capacity_(capacity), wait_ms_(wait_ms) {}
+
+Lane::~Lane() { stop(); }
+
+void Lane::start() {
+    for (uint32_t i = 0; i < workers_; i++) threads_.emplace_back([this] { worker_loop(); });
+}
+
+int Lane::admit() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (stopping_) return MCS_E_CLOSED;
+    auto has_room = [this] { return pending_ < capacity_ || stopping_; };
+    if (!has_room()) {
+        if (wait_ms_ == 0) {
+            rejected_++;
+            return MCS_E_QUEUE_FULL;
+        }
+        space_waiters_++;
+        bool room = true;
+        if (wait_ms_ < 0)
+            cv_space_.wait(lk, has_room);
+        else
+            room = cv_space_.wait_for(lk, std::chrono::milliseconds(wait_ms_), has_room);
+        space_waiters_--;
+        if (!room) {
+            rejected_++;
+            return MCS_E_QUEUE_FULL;
+        }
+        if (stopping_) return MCS_E_CLOSED;
+    }
+    pending_++;
+    submitted_++;
+    return MCS_OK;
+}
+
+void Lane::push(std::vector<Tile> &&tiles) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto &t : tiles) queue_.push_back(std::move(t));
+    }
+    if (tiles.size() == 1)
+        cv_work_.notify_one();
+    else
+        cv_work_.notify_all();
+}
+
+bool Lane::try_take_slot() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (running_ < workers_ && queue_.empty()) {
+        running_++;
+        return true;
+    }
+    return false;
+}
+
+void Lane::release_slot() {
+    bool wake;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        running_--;
+        wake = !queue_.empty();
+    }
+    // Waking an idle worker for nothing costs a context switch per call.
+    if (wake) cv_work_.notify_one();
+}
+
+void Lane::finished(double latency_us, bool failed, size_t keys) {
+    bool wake;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        pending_--;
+        completed_++;
+        if (failed) failed_++;
+        keys_ += keys;
+        hist_.add(latency_us);
+        wake = space_waiters_ > 0;
+    }
+    if (wake) cv_space_.notify_one();
+}
+
+void Lane::worker_loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+        cv_work_.wait(lk, [this] {
+            return (!queue_.empty() && running_ < workers_) || (stopping_ && queue_.empty());
+        });
+        if (queue_.empty()) return;  // stopping, and nothing left to run
+        Tile tile = std::move(queue_.front());
+        queue_.pop_front();
+        // Small reads waiting behind this one go along in the same Mooncake
+        // call: one round trip instead of one each.
+        std::vector<Tile> group;
+        gather_mergeable(tile, group);
+        running_++;
+        lk.unlock();
+        if (group.empty()) {
+            engine_->run_tile(tile);
+            tile.batch.reset();
+        } else {
+            engine_->run_merged(group);
+            group.clear();
+        }
+        lk.lock();
+        running_--;
+        if (!queue_.empty()) cv_work_.notify_one();
+    }
+}
+
+void Lane::gather_mergeable(Tile &first, std::vector<Tile> &group) {
+    uint32_t limit = engine_->coalesce_keys();
+    if (limit <= 1 || queue_.empty() || !Engine::mergeable(first)) return;
+    const int op = first.batch->op;
+    size_t keys = first.end - first.begin;
+    size_t scanned = 0;
+    for (auto it = queue_.begin(); it != queue_.end() && keys < limit && scanned < 256;
+         scanned++) {
+        size_t k = it->end - it->begin;
+        if (Engine::mergeable(*it) && it->batch->op == op && keys + k <= limit) {
+            if (group.empty()) group.push_back(std::move(first));
+            keys += k;
+            group.push_back(std::move(*it));
+            it = queue_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    if (!group.empty()) merged_calls_++;
+}
+
+void Lane::stop() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stopping_ = true;
+    }
+    cv_work_.notify_all();
+    cv_space_.notify_all();
+    for (auto &t : threads_)
+        if (t.joinable()) t.join();
+    threads_.clear();
+}
+
+void Lane::stats(mcs_lane_stats *out) {
+    std::lock_guard<std::mutex> lk(mu_);
+    out->workers = workers_;
+    out->queued = uint32_t(queue_.size());
+    out->running = running_;
+    out->pending = pending_;
+    out->submitted = submitted_;
+    out->completed = completed_;
+    out->failed = failed_;
+    out->keys = keys_;
+    out->rejected = rejected_;
+    out->mean_us = hist_.mean();
+    out->p50_us = hist_.percentile(50);
+    out->p90_us = hist_.percentile(90);
+    out->p99_us = hist_.percentile(99);
+    out->max_us = hist_.max();
+    out->merged = merged_calls_;
+}
+
+}  // namespace mcs
