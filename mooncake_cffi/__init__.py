@@ -16,7 +16,7 @@ The configuration is the JSON/dict LMCache's ``mooncake_store`` L2 adapter takes
 """
 
 from ._version import __version__
-from .client import EXISTED, LANES, Client, Completion, set_log_level  # noqa: E402
+from .client import EXISTED, LANES, OPS, Client, Completion, set_log_level
 from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs
 from .errors import (
     ClosedError,
@@ -40,6 +40,7 @@ __all__ = [
     "Completion",
     "EXISTED",
     "LANES",
+    "OPS",
     "StoreConfig",
     "UnknownConfigKeyWarning",
     "parse_adapter_specs",

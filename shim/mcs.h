@@ -354,6 +354,15 @@ MCS_API int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *bat
  * (local_buffer_size).  mcs_client_close() releases everything. */
 MCS_API int mcs_release(mcs_client *c, uint64_t id);
 
+/* Copies the values of a finished GET_BUFFER batch back to back into
+ * dst[0..cap): for i = 0..n-1 in order, the results[i] bytes at values[i]
+ * of every key with results[i] >= 0 (others are skipped), so a caller can
+ * cut one buffer into values with no per-key call.  *written_out gets the
+ * bytes written.  MCS_E_INVALID_ARG if they would exceed cap.  Touches no
+ * client: call it before mcs_release() of that batch. */
+MCS_API int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap,
+                       const void *const *values, const int64_t *results, uint64_t n);
+
 /* Moves up to `cap` completions into `out`, an array of elements of
  * `elem_size` bytes (sizeof(struct mcs_completion) as the caller knows it),
  * oldest first, and returns how many (>= 0); never blocks.  Resets the

@@ -58,7 +58,13 @@ def test_declarations_are_precompiled_from_the_header():
 
     parsed = cffi.FFI()
     parsed.cdef(_binding.cdef_from_header(_binding.HEADER_PATH.read_text()))
-    for struct in ("struct mcs_lanes", "struct mcs_completion", "struct mcs_lane_stats"):
+    for struct in (
+        "struct mcs_lanes",
+        "struct mcs_batch",
+        "struct mcs_completion",
+        "struct mcs_lane_stats",
+        "struct mcs_op_stats",
+    ):
         assert ffi.sizeof(struct) == parsed.sizeof(struct)
         assert [f for f, _ in ffi.typeof(struct).fields] == [
             f for f, _ in parsed.typeof(struct).fields
@@ -106,125 +112,142 @@ def raw(cluster):
     lib.mcs_client_free(handle)
 
 
-def _keys(*names: str):
-    owned = [ffi.new("char[]", n.encode()) for n in names]
-    return ffi.new("char *[]", owned), owned
+_KEEP: list = []  # cdata the batches point to, alive for the whole test module
+
+
+def _batch(
+    op: int,
+    *names: str,
+    n: int | None = None,
+    bufs=NULL,
+    sizes=NULL,
+    res=None,
+    flags: int = 0,
+    values=NULL,
+    struct_size: int | None = None,
+    offsets: list[int] | None = None,
+):
+    """A struct mcs_batch for `names` packed the way the ABI takes keys."""
+    data = b"".join(x.encode() for x in names)
+    offs = offsets
+    if offs is None:
+        offs = [0]
+        for x in names:
+            offs.append(offs[-1] + len(x.encode()))
+    cdata = ffi.new("char[]", data or b"\0")
+    coffs = ffi.new("uint64_t[]", offs)
+    b = ffi.new("struct mcs_batch *")
+    b.struct_size = ffi.sizeof("struct mcs_batch") if struct_size is None else struct_size
+    b.op = op
+    b.flags = flags
+    b.n = len(names) if n is None else n
+    b.key_data = cdata
+    b.key_offsets = coffs
+    b.bufs = bufs
+    b.sizes = sizes
+    b.results = _res(max(1, len(names))) if res is None else res
+    b.values = values
+    _KEEP.extend([cdata, coffs, b.results])
+    return b
 
 
 def _res(n: int):
     return ffi.new("int64_t[]", max(n, 1))
 
 
+def _run(handle, batch, idp=NULL):
+    return lib.mcs_run(handle, idp, batch)
+
+
 def test_misuse_table(raw):
-    k1, _o1 = _keys("misuse-a")
-    kdup, _o2 = _keys("same", "same")
-    kempty, _o3 = _keys("")
-    knull = ffi.new("char *[]", [NULL])
+    E = lib.MCS_OP_EXISTS
     buf = ffi.new("char[]", 16)
     bufs = ffi.new("void *[]", [buf])
     nullbufs = ffi.new("void *[]", [NULL])
     sizes = ffi.new("uint64_t[]", [16])
     zero = ffi.new("uint64_t[]", [0])
+    values = ffi.new("void *[]", 1)
     idp = ffi.new("uint64_t *")
     comp = ffi.new("struct mcs_completion[]", 4)
+    csize = ffi.sizeof("struct mcs_completion")
     st = ffi.new("struct mcs_lane_stats *")
+    st.struct_size = ffi.sizeof("struct mcs_lane_stats")
+    ost = ffi.new("struct mcs_op_stats *")
+    ost.struct_size = ffi.sizeof("struct mcs_op_stats")
+    unsized = ffi.new("struct mcs_lane_stats *")  # struct_size left 0
     fdp = ffi.new("int *")
+    written = ffi.new("uint64_t *")
     OP = lib
+    bogus = ffi.cast("mcs_client *", 0x1234)
 
     cases = [
+        ("run NULL handle", lambda: _run(NULL, _batch(E, "misuse-a")), E_INVALID_HANDLE),
+        ("run bogus handle", lambda: _run(bogus, _batch(E, "misuse-a")), E_INVALID_HANDLE),
+        ("run NULL batch", lambda: lib.mcs_run(raw, NULL, NULL), E_INVALID_ARG),
+        ("struct_size 0", lambda: _run(raw, _batch(E, "k", struct_size=0)), E_INVALID_ARG),
+        ("n == 0", lambda: _run(raw, _batch(E, "misuse-a", n=0)), E_INVALID_ARG),
         (
-            "run NULL handle",
-            lambda: lib.mcs_run(NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL),
-            E_INVALID_HANDLE,
-        ),
-        (
-            "run bogus handle",
-            lambda: lib.mcs_run(
-                ffi.cast("mcs_client *", 0x1234), 0, k1, 1, NULL, NULL, _res(1), 0, NULL
-            ),
-            E_INVALID_HANDLE,
-        ),
-        (
-            "n == 0",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 0, NULL, NULL, _res(1), 0, NULL),
+            "key_offsets NULL",
+            lambda: _run(raw, _nulloffs(raw)),
             E_INVALID_ARG,
         ),
         (
-            "keys NULL",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, NULL, 1, NULL, NULL, _res(1), 0, NULL),
+            "offsets decrease",
+            lambda: _run(raw, _batch(E, "ab", "c", offsets=[0, 2, 1])),
             E_INVALID_ARG,
         ),
-        (
-            "a NULL key",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, knull, 1, NULL, NULL, _res(1), 0, NULL),
-            E_INVALID_ARG,
-        ),
-        (
-            "empty key",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kempty, 1, NULL, NULL, _res(1), 0, NULL),
-            E_INVALID_ARG,
-        ),
-        (
-            "duplicate keys",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, kdup, 2, NULL, NULL, _res(2), 0, NULL),
-            E_DUPLICATE_KEY,
-        ),
-        (
-            "results NULL",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, NULL, 0, NULL),
-            E_INVALID_ARG,
-        ),
-        (
-            "unknown op",
-            lambda: lib.mcs_run(raw, 99, k1, 1, NULL, NULL, _res(1), 0, NULL),
-            E_INVALID_ARG,
-        ),
-        (
-            "negative op",
-            lambda: lib.mcs_run(raw, -1, k1, 1, NULL, NULL, _res(1), 0, NULL),
-            E_INVALID_ARG,
-        ),
-        (
-            "unknown flags",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 1 << 10, NULL),
-            E_INVALID_ARG,
-        ),
-        (
-            "get without bufs",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_GET, k1, 1, NULL, NULL, _res(1), 0, NULL),
-            E_INVALID_ARG,
-        ),
+        ("empty key", lambda: _run(raw, _batch(E, "")), E_INVALID_ARG),
+        ("NUL in a key", lambda: _run(raw, _batch(E, "a\0b")), E_INVALID_ARG),
+        ("duplicate keys", lambda: _run(raw, _batch(E, "same", "same")), E_DUPLICATE_KEY),
+        ("results NULL", lambda: _run(raw, _batch(E, "k", res=NULL)), E_INVALID_ARG),
+        ("unknown op", lambda: _run(raw, _batch(99, "k")), E_INVALID_ARG),
+        ("negative op", lambda: _run(raw, _batch(-1, "k")), E_INVALID_ARG),
+        ("unknown flags", lambda: _run(raw, _batch(E, "k", flags=1 << 10)), E_INVALID_ARG),
+        ("get without bufs", lambda: _run(raw, _batch(OP.MCS_OP_GET, "k")), E_INVALID_ARG),
         (
             "exists with bufs",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_EXISTS, k1, 1, bufs, sizes, _res(1), 0, NULL),
+            lambda: _run(raw, _batch(E, "k", bufs=bufs, sizes=sizes)),
             E_INVALID_ARG,
         ),
         (
             "put NULL buffer",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, nullbufs, sizes, _res(1), 0, NULL),
+            lambda: _run(raw, _batch(OP.MCS_OP_PUT, "k", bufs=nullbufs, sizes=sizes)),
             E_INVALID_ARG,
         ),
         (
             "put zero size",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, zero, _res(1), 0, NULL),
+            lambda: _run(raw, _batch(OP.MCS_OP_PUT, "k", bufs=bufs, sizes=zero)),
             E_INVALID_ARG,
         ),
         (
             "put without config",
-            lambda: lib.mcs_run(raw, OP.MCS_OP_PUT, k1, 1, bufs, sizes, _res(1), 0, NULL),
+            lambda: _run(raw, _batch(OP.MCS_OP_PUT, "k", bufs=bufs, sizes=sizes)),
             E_INVALID_ARG,
         ),
         (
-            "submit id_out NULL",
-            lambda: lib.mcs_submit(
-                raw, NULL, OP.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL
-            ),
+            "get_buffer without values",
+            lambda: _run(raw, _batch(OP.MCS_OP_GET_BUFFER, "k"), idp),
             E_INVALID_ARG,
         ),
-        ("drain out NULL", lambda: lib.mcs_drain(raw, NULL, 4), E_INVALID_ARG),
-        ("drain NULL handle", lambda: lib.mcs_drain(NULL, comp, 4), E_INVALID_HANDLE),
+        (
+            "get_buffer run without id_out",
+            lambda: _run(raw, _batch(OP.MCS_OP_GET_BUFFER, "k", values=values)),
+            E_INVALID_ARG,
+        ),
+        ("submit id_out NULL", lambda: lib.mcs_submit(raw, NULL, _batch(E, "k")), E_INVALID_ARG),
+        ("drain out NULL", lambda: lib.mcs_drain(raw, NULL, 4, csize), E_INVALID_ARG),
+        ("drain tiny elem_size", lambda: lib.mcs_drain(raw, comp, 4, 8), E_INVALID_ARG),
+        ("drain NULL handle", lambda: lib.mcs_drain(NULL, comp, 4, csize), E_INVALID_HANDLE),
         ("stats bad lane", lambda: lib.mcs_client_lane_stats(raw, 7, st), E_INVALID_ARG),
         ("stats out NULL", lambda: lib.mcs_client_lane_stats(raw, 0, NULL), E_INVALID_ARG),
+        ("stats struct_size 0", lambda: lib.mcs_client_lane_stats(raw, 0, unsized), E_INVALID_ARG),
+        ("op stats bad op", lambda: lib.mcs_client_op_stats(raw, 42, ost), E_INVALID_ARG),
+        ("release NULL handle", lambda: lib.mcs_release(NULL, 1), E_INVALID_HANDLE),
+        (
+            "gather into too little",
+            lambda: lib.mcs_gather(written, buf, 1, values, ffi.new("int64_t[]", [5]), 1),
+            E_INVALID_ARG,
+        ),
         ("fd out NULL", lambda: lib.mcs_client_fd(raw, NULL), E_INVALID_ARG),
         ("register NULL", lambda: lib.mcs_client_register_l1(raw, NULL, 100, 0), E_INVALID_ARG),
         ("register size 0", lambda: lib.mcs_client_register_l1(raw, buf, 0, 0), E_INVALID_ARG),
@@ -252,20 +275,37 @@ def test_misuse_table(raw):
         assert rc == expected, f"{name}: got {rc} ({_binding.last_error()})"
         assert _binding.last_error(), f"{name}: no message"
     # the handle is still fine after all that
-    res = _res(1)
-    assert lib.mcs_run(raw, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, res, 0, NULL) == 0
+    assert _run(raw, _batch(E, "misuse-a")) == 0
+    assert lib.mcs_release(raw, 123456789) == 0  # unknown ids are ignored
     assert lib.mcs_client_fd(raw, fdp) == 0 and fdp[0] >= 0
-    assert lib.mcs_submit(raw, idp, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, res, 0, NULL) == 0
+    assert lib.mcs_submit(raw, idp, _batch(E, "misuse-a")) == 0
     assert lib.mcs_wait(raw, 5000) == 0
-    assert lib.mcs_drain(raw, comp, 4) == 1 and comp[0].id == idp[0]
+    assert lib.mcs_drain(raw, comp, 4, csize) == 1 and comp[0].id == idp[0]
+    assert comp[0].struct_size == csize
     assert lib.mcs_wait(raw, 10) == lib.MCS_E_TIMEOUT
+    assert lib.mcs_client_op_stats(raw, E, ost) == 0 and ost.calls >= 2
     free_null = lib.mcs_client_free
     free_null(NULL)  # a no-op
+
+
+def _nulloffs(raw):
+    b = _batch(lib.MCS_OP_EXISTS, "k")
+    b.key_offsets = NULL
+    return b
+
+
+def test_a_batch_that_ran_returns_0_with_per_key_failures(raw):
+    """The return says whether the call ran; key outcomes are only in results."""
+    res = _res(2)
+    b = _batch(lib.MCS_OP_REMOVE, "never-stored-1", "never-stored-2", res=res)
+    assert _run(raw, b) == 0
+    assert list(res[0:2]) == [-704, -704]
 
 
 def test_lane_layout_out_of_range_is_refused(cluster):
     _binding.ensure_mooncake_loaded()
     lanes = ffi.new("struct mcs_lanes *")
+    lanes.struct_size = ffi.sizeof("struct mcs_lanes")
     lanes.store = 5000
     out = ffi.new("mcs_client **")
     assert lib.mcs_client_create(out, NULL, NULL, 0, lanes, 0) == E_INVALID_ARG
@@ -281,19 +321,16 @@ def test_calls_after_close_double_close_and_after_free(cluster):
     out = ffi.new("mcs_client **")
     assert lib.mcs_client_create(out, keys, vals, len(cfg), NULL, 0) == 0
     h = out[0]
-    k1, _o = _keys("after-close")
     assert lib.mcs_client_close(h) == 0
     assert lib.mcs_client_close(h) == 0
-    assert lib.mcs_run(h, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL) == E_CLOSED
+    assert _run(h, _batch(lib.MCS_OP_EXISTS, "after-close")) == E_CLOSED
     assert lib.mcs_client_register_l1(h, ffi.new("char[]", 8), 8, 0) == E_CLOSED
     comp = ffi.new("struct mcs_completion[]", 1)
-    assert lib.mcs_drain(h, comp, 1) == 0  # still drainable, nothing left
+    assert lib.mcs_drain(h, comp, 1, ffi.sizeof(comp[0])) == 0  # still drainable, nothing left
     assert lib.mcs_wait(h, -1) == E_CLOSED  # never blocks on a closed client
     lib.mcs_client_free(h)
     lib.mcs_client_free(h)  # double free: a no-op
-    assert (
-        lib.mcs_run(h, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL) == E_INVALID_HANDLE
-    )
+    assert _run(h, _batch(lib.MCS_OP_EXISTS, "after-close")) == E_INVALID_HANDLE
     assert lib.mcs_client_close(h) == E_INVALID_HANDLE
 
 
@@ -311,10 +348,9 @@ def test_close_while_other_threads_are_mid_call(cluster):
     stop = threading.Event()
 
     def hammer(i: int) -> None:
-        k, _o = _keys(f"busy-{i}")
-        res = _res(1)
+        b = _batch(lib.MCS_OP_EXISTS, f"busy-{i}")
         while not stop.is_set():
-            rc = lib.mcs_run(h, lib.MCS_OP_EXISTS, k, 1, NULL, NULL, res, 0, NULL)
+            rc = _run(h, b)
             with lock:
                 codes.append(rc)
             if rc in (E_CLOSED, E_INVALID_HANDLE):
@@ -335,18 +371,18 @@ def test_close_while_other_threads_are_mid_call(cluster):
 
 
 def test_use_in_forked_child_returns_forked(raw):
-    k1, _o = _keys("fork")
+    b = _batch(lib.MCS_OP_EXISTS, "fork")
     pid = os.fork()
     if pid == 0:
-        rc = lib.mcs_run(raw, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, _res(1), 0, NULL)
-        rc2 = lib.mcs_drain(raw, ffi.new("struct mcs_completion[]", 1), 1)
+        rc = _run(raw, b)
+        comp = ffi.new("struct mcs_completion[]", 1)
+        rc2 = lib.mcs_drain(raw, comp, 1, ffi.sizeof(comp[0]))
         rc3 = lib.mcs_client_close(raw)  # only marks it closed, no teardown of the parent's
         lib.mcs_client_free(raw)
         os._exit(0 if (rc, rc2, rc3) == (E_FORKED, E_FORKED, 0) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    res = _res(1)
-    assert lib.mcs_run(raw, lib.MCS_OP_EXISTS, k1, 1, NULL, NULL, res, 0, NULL) == 0
+    assert _run(raw, b) == 0
 
 
 def test_load_with_a_bad_path_reports_it():

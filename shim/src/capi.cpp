@@ -345,6 +345,32 @@ int mcs_release(mcs_client *c, uint64_t id) {
     return with_client(c, [&](mcs::Engine &e) { return e.release(id); });
 }
 
+int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap, const void *const *values,
+               const int64_t *results, uint64_t n) {
+    return guarded([&] {
+        if (!written_out || !values || !results || (!dst && cap))
+            throw mcs::Error(MCS_E_INVALID_ARG, "written_out, dst, values or results is NULL");
+        uint64_t total = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            if (results[i] < 0) continue;
+            if (!values[i] && results[i] > 0)
+                throw mcs::Error(MCS_E_INVALID_ARG, "value #" + std::to_string(i) + " is NULL");
+            total += uint64_t(results[i]);
+        }
+        if (total > cap)
+            throw mcs::Error(MCS_E_INVALID_ARG, "the values need " + std::to_string(total) +
+                                                    " bytes but dst holds " + std::to_string(cap));
+        auto *out = static_cast<char *>(dst);
+        for (uint64_t i = 0; i < n; i++) {
+            if (results[i] <= 0) continue;
+            std::memcpy(out, values[i], size_t(results[i]));
+            out += results[i];
+        }
+        *written_out = total;
+        return MCS_OK;
+    });
+}
+
 int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap, size_t elem_size) {
     return with_client(c, [&](mcs::Engine &e) { return e.drain(out, cap, elem_size); });
 }

@@ -1,0 +1,231 @@
+"""Moving a batch across the C boundary: packed keys, buffers, results, ReplicateConfig.
+
+Everything here turns Python objects into the shim's ``struct mcs_batch`` with a constant
+number of allocations per batch (keys travel as one byte string and ``n + 1`` offsets), and
+keeps alive what the shim borrows.  Nothing here knows about lanes or plans.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from array import array
+from collections.abc import Sequence
+from itertools import accumulate
+from typing import Any
+
+from ._binding import ffi, lib
+from .errors import InvalidArgumentError
+from .status import MCS_E_INVALID_ARG
+
+__all__ = ["Packed", "as_list", "encode_key", "nbytes", "replicate_pointer"]
+
+_BATCH_SIZE = ffi.sizeof("struct mcs_batch")
+_BUFFER_OPS = (lib.MCS_OP_GET, lib.MCS_OP_PUT, lib.MCS_OP_UPSERT)
+_PUT_OPS = (lib.MCS_OP_PUT, lib.MCS_OP_UPSERT)
+
+
+def as_list(items: Any, what: str = "keys") -> list[Any]:
+    """``items`` as a list; a lone str/bytes is refused (it would be iterated per character)."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError(f"{what} must be a sequence of keys, not a single {type(items).__name__}")
+    return items if type(items) is list else list(items)
+
+
+def encode_key(key: Any, index: int) -> bytes:
+    """One key as bytes, or a TypeError / InvalidArgumentError naming it."""
+    if isinstance(key, str):
+        try:
+            return key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                MCS_E_INVALID_ARG, f"key #{index} is not valid Unicode ({exc.reason})"
+            ) from None
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"key #{index} must be str or bytes, not {type(key).__name__}")
+
+
+def _pack_keys(keys: list[Any]) -> tuple[bytes, array]:
+    """All keys in one byte string, and the n + 1 offsets that cut it."""
+    try:
+        joined = "".join(keys)  # TypeError unless every key is a str
+    except TypeError:
+        joined = None
+    if joined is not None and joined.isascii():
+        data = joined.encode("ascii")
+        lengths: Any = map(len, keys)
+    else:
+        encoded = [encode_key(k, i) for i, k in enumerate(keys)]
+        data = b"".join(encoded)
+        lengths = map(len, encoded)
+    return data, array("Q", accumulate(lengths, initial=0))
+
+
+class Packed:
+    """A ``struct mcs_batch`` and everything it points to, kept alive together.
+
+    ``results`` (and ``values`` for GET_BUFFER) are filled by the shim.  Keep the object
+    alive until the shim is done with the batch: for a submitted batch (or a run that
+    timed out) that is when its completion has been drained.
+    """
+
+    __slots__ = ("batch", "results", "values", "n", "_keep")
+
+    def __init__(
+        self,
+        op: int,
+        keys: list[Any],
+        buffers: Sequence[Any] | None = None,
+        sizes: Sequence[int] | None = None,
+        *,
+        flags: int = 0,
+        writable: bool = False,
+        replicate_config: Any = None,
+        timeout_ms: int = 0,
+    ) -> None:
+        n = len(keys)
+        if n == 0:
+            raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
+        data, offsets = _pack_keys(keys)
+        b = ffi.new("struct mcs_batch *")
+        b.struct_size = _BATCH_SIZE
+        b.op = op
+        b.flags = flags
+        b.timeout_ms = timeout_ms
+        b.n = n
+        cdata = ffi.from_buffer(data)
+        coffsets = ffi.from_buffer("uint64_t[]", offsets)
+        b.key_data = cdata
+        b.key_offsets = coffsets
+        keep: list[Any] = [data, offsets, cdata, coffsets]
+        if buffers is not None:
+            if op not in _BUFFER_OPS:
+                raise ValueError("this operation takes no buffers")
+            if len(buffers) != n:
+                raise InvalidArgumentError(
+                    MCS_E_INVALID_ARG, f"{n} keys but {len(buffers)} buffers: they must pair up"
+                )
+            cbufs = [_from_buffer(x, i, writable) for i, x in enumerate(buffers)]
+            lens = [len(c) for c in cbufs]
+            if sizes is not None:
+                lens = _checked_sizes(sizes, lens)
+            barr = ffi.new("void *[]", cbufs)
+            csizes = ffi.new("uint64_t[]", lens)
+            b.bufs = barr
+            b.sizes = csizes
+            keep += [buffers, cbufs, barr, csizes]
+            if replicate_config is not None and op in _PUT_OPS:
+                b.replicate_config = replicate_pointer(replicate_config)
+                keep.append(replicate_config)
+        elif op in _BUFFER_OPS:
+            raise ValueError("this operation needs buffers")
+        self.results = ffi.new("int64_t[]", n)
+        b.results = self.results
+        if op == lib.MCS_OP_GET_BUFFER:
+            self.values = ffi.new("void *[]", n)
+            b.values = ffi.cast("const void **", self.values)
+        else:
+            self.values = None
+        self.batch = b
+        self.n = n
+        self._keep = keep
+
+    def unpack(self) -> list[int]:
+        """The per-key results as a list of ints."""
+        return ffi.unpack(self.results, self.n)
+
+
+def nbytes(value: Any) -> int:
+    """Length in bytes of a bytes-like value (-1 if it is not one), for error messages."""
+    try:
+        return memoryview(value).nbytes
+    except TypeError:
+        return -1
+
+
+def _from_buffer(buf: Any, index: int, writable: bool) -> Any:
+    """cdata over a buffer-protocol object, or a TypeError naming the buffer."""
+    try:
+        return ffi.from_buffer(buf, require_writable=writable)
+    except (TypeError, BufferError):
+        what = "a writable buffer" if writable else "a bytes-like object"
+        raise TypeError(f"buffer #{index} must be {what}, not {type(buf).__name__}") from None
+
+
+def _checked_sizes(sizes: Sequence[int], capacities: list[int]) -> list[int]:
+    if len(sizes) != len(capacities):
+        raise InvalidArgumentError(
+            MCS_E_INVALID_ARG, f"{len(capacities)} keys but {len(sizes)} sizes"
+        )
+    out = []
+    for i, (s, cap) in enumerate(zip(sizes, capacities)):
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise TypeError(f"size #{i} must be an int, not {type(s).__name__}")
+        if s < 0:
+            raise InvalidArgumentError(MCS_E_INVALID_ARG, f"size #{i} ({s}) is negative")
+        if s > cap:
+            raise InvalidArgumentError(
+                MCS_E_INVALID_ARG, f"size #{i} ({s}) exceeds its buffer ({cap} bytes)"
+            )
+        out.append(s)
+    return out
+
+
+# ------------------------------------------------------------ ReplicateConfig
+
+
+class _ReplicateConfigs:
+    """Turns ``mooncake.store.ReplicateConfig`` objects into C++ pointers.
+
+    pybind11's cross-module conduit hands out the address of the C++ object,
+    type-checked against the shim's ``typeid(mooncake::ReplicateConfig)``.  The
+    conduit is keyed by the pybind11 ABI id of the module that built the object;
+    it is read from the wheel (``mooncake.store``'s internals capsule name) rather
+    than assumed, since it changed between Mooncake releases.
+    """
+
+    _CAPSULE_NAME = b"N8mooncake15ReplicateConfigE"
+    _ABI_IDS = (b"_gcc_libstdcpp_cxxabi1018", b"_gcc_libstdcpp_cxxabi1016")
+
+    def __init__(self) -> None:
+        api = ctypes.pythonapi
+        self._new = api.PyCapsule_New
+        self._new.restype = ctypes.py_object
+        self._new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        self._get = api.PyCapsule_GetPointer
+        self._get.restype = ctypes.c_void_p
+        self._get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        typeid = int(ffi.cast("uintptr_t", lib.mcs_replicate_config_typeid()))
+        self._typeid_capsule = self._new(typeid, b"St9type_info", None)
+        self._abi_id: bytes | None = None
+
+    def pointer(self, obj: Any) -> Any:
+        conduit = getattr(obj, "_pybind11_conduit_v1_", None)
+        capsule = None
+        if conduit is not None:
+            ids = (self._abi_id,) if self._abi_id else self._ABI_IDS
+            for abi_id in ids:
+                capsule = conduit(abi_id, self._typeid_capsule, b"raw_pointer_ephemeral")
+                if capsule is not None:
+                    self._abi_id = abi_id
+                    break
+        if capsule is None:
+            raise TypeError(
+                "replicate_config must be a mooncake.store.ReplicateConfig, "
+                f"not {type(obj).__name__}"
+            )
+        return ffi.cast("void *", self._get(capsule, self._CAPSULE_NAME))
+
+
+_rc_lock = threading.Lock()
+_rc_converter: _ReplicateConfigs | None = None
+
+
+def replicate_pointer(obj: Any) -> Any:
+    """The C++ address of a ``mooncake.store.ReplicateConfig`` (TypeError for anything else)."""
+    global _rc_converter
+    with _rc_lock:
+        if _rc_converter is None:
+            _rc_converter = _ReplicateConfigs()
+    return _rc_converter.pointer(obj)
