@@ -1,17 +1,16 @@
 """Moving a batch across the C boundary: packed keys, buffers, results, ReplicateConfig.
 
 Everything here turns Python objects into the shim's ``struct mcs_batch`` with a constant
-number of allocations per batch (keys travel as one byte string and ``n + 1`` offsets), and
-keeps alive what the shim borrows.  Nothing here knows about lanes or plans.
+number of allocations per batch (keys travel as one byte string of NUL-terminated keys:
+one ``join`` and one ``encode`` for str keys), and keeps alive what the shim borrows.
+Nothing here knows about lanes or plans.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from array import array
 from collections.abc import Sequence
-from itertools import accumulate
 from typing import Any
 
 from ._binding import ffi, lib
@@ -46,20 +45,24 @@ def encode_key(key: Any, index: int) -> bytes:
     raise TypeError(f"key #{index} must be str or bytes, not {type(key).__name__}")
 
 
-def _pack_keys(keys: list[Any]) -> tuple[bytes, array]:
-    """All keys in one byte string, and the n + 1 offsets that cut it."""
+def _pack_keys(keys: list[Any]) -> bytes:
+    """All keys in one byte string, each NUL-terminated (the shim refuses empty keys)."""
     try:
-        joined = "".join(keys)  # TypeError unless every key is a str
+        joined = "\0".join(keys)  # TypeError unless every key is a str
     except TypeError:
         joined = None
     if joined is not None and joined.isascii():
-        data = joined.encode("ascii")
-        lengths: Any = map(len, keys)
+        if joined.count("\0") == len(keys) - 1:
+            return joined.encode("ascii") + b"\0"
+        encoded = None
     else:
         encoded = [encode_key(k, i) for i, k in enumerate(keys)]
-        data = b"".join(encoded)
-        lengths = map(len, encoded)
-    return data, array("Q", accumulate(lengths, initial=0))
+    if encoded is None:
+        encoded = [k.encode("ascii") for k in keys]
+    for i, kb in enumerate(encoded):
+        if b"\0" in kb:
+            raise InvalidArgumentError(MCS_E_INVALID_ARG, f"key #{i} contains a NUL byte")
+    return b"\0".join(encoded) + b"\0"
 
 
 class Packed:
@@ -87,7 +90,7 @@ class Packed:
         n = len(keys)
         if n == 0:
             raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
-        data, offsets = _pack_keys(keys)
+        data = _pack_keys(keys)
         b = ffi.new("struct mcs_batch *")
         b.struct_size = _BATCH_SIZE
         b.op = op
@@ -95,10 +98,9 @@ class Packed:
         b.timeout_ms = timeout_ms
         b.n = n
         cdata = ffi.from_buffer(data)
-        coffsets = ffi.from_buffer("uint64_t[]", offsets)
         b.key_data = cdata
-        b.key_offsets = coffsets
-        keep: list[Any] = [data, offsets, cdata, coffsets]
+        b.key_bytes = len(data)
+        keep: list[Any] = [data, cdata]
         if buffers is not None:
             if op not in _BUFFER_OPS:
                 raise ValueError("this operation takes no buffers")

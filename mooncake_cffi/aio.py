@@ -146,7 +146,7 @@ class AsyncClient:
         """Whether each key exists."""
         comp = await self.submit("exists", keys, timeout=timeout)
         self._key_errors(keys, comp.results)
-        return list(map((1).__eq__, comp.results))
+        return list(map(bool, comp.results))  # 1 or 0 once errors are raised
 
     async def get(self, key: str | bytes, *, timeout: Any = _DEFAULT) -> bytes | None:
         """The value of ``key``, or None if it does not exist (one round trip usually)."""

@@ -18,8 +18,14 @@ from ._binding import ffi, lib
 from ._lifecycle import ClientHandle
 from ._marshal import Packed, as_list, encode_key, nbytes
 from ._plans import batch_get_plan, gather_values, raise_key_errors, segment_note
-from .errors import MooncakeTimeoutError, check, error_for
-from .status import INVALID_PARAMS, MCS_E_TIMEOUT, OBJECT_NOT_FOUND, describe
+from .errors import InvalidArgumentError, MooncakeTimeoutError, check, error_for
+from .status import (
+    INVALID_PARAMS,
+    MCS_E_INVALID_ARG,
+    MCS_E_TIMEOUT,
+    OBJECT_NOT_FOUND,
+    describe,
+)
 
 __all__ = ["Client", "Completion", "EXISTED", "LANES", "OPS", "set_log_level"]
 
@@ -207,6 +213,10 @@ class Client(ClientHandle):
             b.results = res
             tls.single = (b, offsets, res, bufs, sizes)
         kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
+        if not kb or b"\0" in kb:
+            raise InvalidArgumentError(
+                MCS_E_INVALID_ARG, "key #0 is empty" if not kb else "key #0 contains a NUL byte"
+            )
         ms = self._deadline_ms(timeout)
         if ms:  # the shim may keep using this batch after a timeout: use a private one
             return self._single_run([key], op, buf, flags=flags, timeout=timeout)
@@ -215,7 +225,7 @@ class Client(ClientHandle):
         b.timeout_ms = 0
         ckey = ffi.from_buffer(kb)
         b.key_data = ckey
-        offsets[1] = len(kb)
+        b.key_bytes = offsets[1] = len(kb)
         if buf is None:
             b.bufs = ffi.NULL
             b.sizes = ffi.NULL
@@ -389,7 +399,7 @@ class Client(ClientHandle):
         keys = as_list(keys)
         results = self._run(_EXISTS, keys, timeout=timeout)
         self._key_errors(keys, results)
-        return list(map((1).__eq__, results))
+        return list(map(bool, results))  # 1 or 0 once errors are raised
 
     def batch_remove(
         self, keys: Sequence[str | bytes], force: bool = False, *, timeout: Any = DEFAULT

@@ -26,8 +26,9 @@
  *    fills) only that many bytes, so a caller built against an older, shorter
  *    struct keeps working; fields it does not know take their defaults.
  *  - Keys cross the boundary packed: one byte buffer and n + 1 offsets (key i
- *    is bytes [offsets[i], offsets[i+1])), so a batch costs the caller O(1)
- *    allocations.  Keys are byte strings: non-empty, without NUL bytes.
+ *    is bytes [offsets[i], offsets[i+1])), or one buffer of n NUL-terminated
+ *    keys back to back, so a batch costs the caller O(1) allocations.  Keys
+ *    are byte strings: non-empty, without NUL bytes.
  *  - Inputs are copied or only read during the call, except where a
  *    declaration says otherwise: the transfer buffers (`bufs`) and the
  *    `results` / `values` arrays of a batch submitted with mcs_submit(), or
@@ -166,7 +167,10 @@ struct mcs_batch {
                                     a completion).  <= 0: wait until done. */
     uint64_t n;                  /* number of keys, >= 1 */
     const char *key_data;        /* packed key bytes (copied) */
-    const uint64_t *key_offsets; /* n + 1 offsets into key_data (copied) */
+    uint64_t key_bytes;          /* size of key_data; no key may reach past it */
+    const uint64_t *key_offsets; /* n + 1 offsets into key_data (copied), or
+                                    NULL: key_data holds n NUL-terminated
+                                    keys back to back */
     void *const *bufs;           /* GET: n destinations; PUT/UPSERT: n sources;
                                     NULL for other ops.  Borrowed. */
     const uint64_t *sizes;       /* their capacities / lengths (copied) */

@@ -142,6 +142,7 @@ def _batch(
     b.flags = flags
     b.n = len(names) if n is None else n
     b.key_data = cdata
+    b.key_bytes = len(data)
     b.key_offsets = coffs
     b.bufs = bufs
     b.sizes = sizes
@@ -187,7 +188,7 @@ def test_misuse_table(raw):
         ("struct_size 0", lambda: _run(raw, _batch(E, "k", struct_size=0)), E_INVALID_ARG),
         ("n == 0", lambda: _run(raw, _batch(E, "misuse-a", n=0)), E_INVALID_ARG),
         (
-            "key_offsets NULL",
+            "NUL form short of n keys",
             lambda: _run(raw, _nulloffs(raw)),
             E_INVALID_ARG,
         ),
@@ -198,6 +199,7 @@ def test_misuse_table(raw):
         ),
         ("empty key", lambda: _run(raw, _batch(E, "")), E_INVALID_ARG),
         ("NUL in a key", lambda: _run(raw, _batch(E, "a\0b")), E_INVALID_ARG),
+        ("offsets past key_bytes", lambda: _run(raw, _offsets_past(raw)), E_INVALID_ARG),
         ("duplicate keys", lambda: _run(raw, _batch(E, "same", "same")), E_DUPLICATE_KEY),
         ("results NULL", lambda: _run(raw, _batch(E, "k", res=NULL)), E_INVALID_ARG),
         ("unknown op", lambda: _run(raw, _batch(99, "k")), E_INVALID_ARG),
@@ -289,8 +291,15 @@ def test_misuse_table(raw):
 
 
 def _nulloffs(raw):
-    b = _batch(lib.MCS_OP_EXISTS, "k")
+    """NUL-terminated form with n larger than the keys key_data holds."""
+    b = _batch(lib.MCS_OP_EXISTS, "k", n=2)
     b.key_offsets = NULL
+    return b
+
+
+def _offsets_past(raw):
+    b = _batch(lib.MCS_OP_EXISTS, "k")
+    b.key_bytes = 0
     return b
 
 

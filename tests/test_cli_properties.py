@@ -27,15 +27,67 @@ def _closed_port() -> int:
 PORT = _closed_port()
 
 commands = st.sampled_from(
-    [["put"], ["get"], ["exists"], ["rm"], ["stat"], ["cluster", "status"], ["cluster", "down"],
-     ["cluster"], [], ["nope"]]
+    [
+        ["put"],
+        ["get"],
+        ["exists"],
+        ["rm"],
+        ["stat"],
+        ["cluster", "status"],
+        ["cluster", "down"],
+        ["cluster"],
+        [],
+        ["nope"],
+    ]
 )
 tokens = st.sampled_from(
-    ["--json", "-q", "-v", "-vv", "--force", "--strict", "--missing-ok", "--overwrite", "-o",
-     "-d", "--dir", "--prefix", "--keys-from", "-", "--config", "{}", "[]", "{bad", "--master",
-     "nohost", "host:99999", ":", "--protocol", "rdma", "udp", "--connect-timeout", "0", "-1",
-     "abc", "--l1-size", "1 GB", "-5", "--hostname", "h:1", "--segment-size", "K=V", "=", "a=",
-     "=b", "..", "a/b", "", "\0", "ключ", "-h"]
+    [
+        "--json",
+        "-q",
+        "-v",
+        "-vv",
+        "--force",
+        "--strict",
+        "--missing-ok",
+        "--overwrite",
+        "-o",
+        "-d",
+        "--dir",
+        "--prefix",
+        "--keys-from",
+        "-",
+        "--config",
+        "{}",
+        "[]",
+        "{bad",
+        "--master",
+        "nohost",
+        "host:99999",
+        ":",
+        "--protocol",
+        "rdma",
+        "udp",
+        "--connect-timeout",
+        "0",
+        "-1",
+        "abc",
+        "--l1-size",
+        "1 GB",
+        "-5",
+        "--hostname",
+        "h:1",
+        "--segment-size",
+        "K=V",
+        "=",
+        "a=",
+        "=b",
+        "..",
+        "a/b",
+        "",
+        "\0",
+        "ключ",
+        "-h",
+    ]
 ) | st.text(max_size=12)
 
 

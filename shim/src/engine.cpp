@@ -52,6 +52,24 @@ std::string quote_key(const std::string &k) {
 
 std::string key_no(size_t i) { return "key #" + std::to_string(i); }
 
+// The first key that appears twice, or nullptr: an open-addressing table of
+// key indices (one allocation, no node per key).
+const std::string *find_duplicate(const StrVec &keys) {
+    size_t cap = 16;
+    while (cap < keys.size() * 2) cap <<= 1;
+    std::vector<uint32_t> slots(cap, UINT32_MAX);
+    std::hash<std::string_view> hash;
+    for (uint32_t i = 0; i < keys.size(); i++) {
+        size_t h = hash(keys[i]) & (cap - 1);
+        while (slots[h] != UINT32_MAX) {
+            if (keys[slots[h]] == keys[i]) return &keys[i];
+            h = (h + 1) & (cap - 1);
+        }
+        slots[h] = i;
+    }
+    return nullptr;
+}
+
 }  // namespace
 
 void Engine::validate_lanes(const mcs_lanes *cfg) {
@@ -152,8 +170,7 @@ std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
     if (op < 0 || op >= kOps) throw Error(MCS_E_INVALID_ARG, "unknown op " + std::to_string(op));
     if (n == 0) throw Error(MCS_E_INVALID_ARG, "empty batch: n must be at least 1");
     if (n > (1u << 24)) throw Error(MCS_E_INVALID_ARG, "batch too large (over 16777216 keys)");
-    if (!in.key_data || !in.key_offsets)
-        throw Error(MCS_E_INVALID_ARG, "key_data or key_offsets is NULL");
+    if (!in.key_data) throw Error(MCS_E_INVALID_ARG, "key_data is NULL");
     if (!in.results) throw Error(MCS_E_INVALID_ARG, "results is NULL");
     if (in.flags & ~(MCS_FLAG_FORCE | MCS_FLAG_SKIP_EXISTING))
         throw Error(MCS_E_INVALID_ARG, "unknown flags " + std::to_string(in.flags));
@@ -174,24 +191,38 @@ std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
     b->values = op == MCS_OP_GET_BUFFER ? in.values : nullptr;
     b->sync = sync;
     b->keys.reserve(n);
-    const uint64_t *off = in.key_offsets;
-    for (size_t i = 0; i < n; i++) {
-        if (off[i + 1] < off[i])
-            throw Error(MCS_E_INVALID_ARG, "key_offsets decrease at " + key_no(i));
-        size_t len = size_t(off[i + 1] - off[i]);
-        if (!len) throw Error(MCS_E_INVALID_ARG, key_no(i) + " is empty");
-        const char *k = in.key_data + off[i];
-        if (std::memchr(k, '\0', len))
-            throw Error(MCS_E_INVALID_ARG, key_no(i) + " contains a NUL byte");
-        b->keys.emplace_back(k, len);
+    const uint64_t bytes = in.key_bytes;
+    if (const uint64_t *off = in.key_offsets) {
+        if (off[n] > bytes)
+            throw Error(MCS_E_INVALID_ARG, "key_offsets reach past key_bytes (" +
+                                               std::to_string(bytes) + ")");
+        for (size_t i = 0; i < n; i++) {
+            if (off[i + 1] < off[i])
+                throw Error(MCS_E_INVALID_ARG, "key_offsets decrease at " + key_no(i));
+            size_t len = size_t(off[i + 1] - off[i]);
+            if (!len) throw Error(MCS_E_INVALID_ARG, key_no(i) + " is empty");
+            const char *k = in.key_data + off[i];
+            if (std::memchr(k, '\0', len))
+                throw Error(MCS_E_INVALID_ARG, key_no(i) + " contains a NUL byte");
+            b->keys.emplace_back(k, len);
+        }
+    } else {
+        const char *k = in.key_data, *end = in.key_data + bytes;
+        for (size_t i = 0; i < n; i++) {
+            auto *nul = static_cast<const char *>(std::memchr(k, '\0', size_t(end - k)));
+            if (!nul)
+                throw Error(MCS_E_INVALID_ARG, "key_data (" + std::to_string(bytes) +
+                                                   " bytes) holds fewer than n = " +
+                                                   std::to_string(n) + " NUL-terminated keys");
+            if (nul == k) throw Error(MCS_E_INVALID_ARG, key_no(i) + " is empty");
+            b->keys.emplace_back(k, size_t(nul - k));
+            k = nul + 1;
+        }
     }
     if (n > 1) {
-        std::unordered_set<std::string_view> seen;
-        seen.reserve(n);
-        for (const auto &k : b->keys)
-            if (!seen.insert(k).second)
-                throw Error(MCS_E_DUPLICATE_KEY,
-                            "key " + quote_key(k) + " appears more than once in the batch");
+        if (const std::string *dup = find_duplicate(b->keys))
+            throw Error(MCS_E_DUPLICATE_KEY,
+                        "key " + quote_key(*dup) + " appears more than once in the batch");
     }
     if (with_bufs) {
         b->bufs.assign(in.bufs, in.bufs + n);

@@ -163,6 +163,7 @@ mcs_batch make_batch(int op, const Keys &k, void *const *bufs, const uint64_t *s
     b.flags = flags;
     b.n = k.size();
     b.key_data = k.data.data();
+    b.key_bytes = k.data.size();
     b.key_offsets = k.offsets.data();
     b.bufs = bufs;
     b.sizes = sizes;
@@ -773,6 +774,7 @@ void test_packed_keys_are_validated() {
     b.op = MCS_OP_EXISTS;
     b.n = 2;
     b.key_data = data;
+    b.key_bytes = sizeof data - 1;
     b.key_offsets = bad_order;
     b.results = res;
     CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
@@ -782,7 +784,18 @@ void test_packed_keys_are_validated() {
     uint64_t fine[] = {0, 2, 3};
     b.key_offsets = fine;
     CHECK(f.run_batch(b) == 0);
+    uint64_t past_end[] = {0, 2, 9};
+    b.key_offsets = past_end;
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
+    // NUL-terminated form: "abc" and "d" fit, a third key does not.
     b.key_offsets = nullptr;
+    b.key_bytes = sizeof data;  // includes the final NUL
+    int64_t r2[3];
+    b.results = r2;
+    CHECK(f.run_batch(b) == 0);
+    b.n = 3;
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
+    b.key_data = nullptr;
     CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
 }
 
