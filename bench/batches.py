@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from _common import (
+    Arena,
     KiB,
     MiB,
-    Arena,
     banner,
     check_installed,
     cluster,
@@ -208,7 +208,7 @@ def main() -> None:
             row.append("n/a" if r is None else f"{r['ratio']:.2f} ({r['p10']:.2f}-{r['p90']:.2f})")
         rows.append(row)
     print()
-    print(table(["op"] + names, rows, title="time ours / Mooncake's (median; p10-p90 of rounds)"))
+    table(["op"] + names, rows, title="time ours / Mooncake's (median; p10-p90 of rounds)")
     worst = max(
         (r["ratio"], op, name) for op, cells in results.items() for name, r in cells.items()
     )

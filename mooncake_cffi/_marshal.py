@@ -13,11 +13,23 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from . import _binding
 from ._binding import ffi, lib
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, error_for
 from .status import MCS_E_INVALID_ARG
 
-__all__ = ["Packed", "as_list", "encode_key", "nbytes", "replicate_pointer"]
+__all__ = [
+    "KeyBatch",
+    "Packed",
+    "as_list",
+    "encode_key",
+    "exists_list",
+    "nbytes",
+    "pack_keys",
+    "refused",
+    "replicate_pointer",
+    "results_list",
+]
 
 _BATCH_SIZE = ffi.sizeof("struct mcs_batch")
 _BUFFER_OPS = (lib.MCS_OP_GET, lib.MCS_OP_PUT, lib.MCS_OP_UPSERT)
@@ -45,24 +57,17 @@ def encode_key(key: Any, index: int) -> bytes:
     raise TypeError(f"key #{index} must be str or bytes, not {type(key).__name__}")
 
 
-def _pack_keys(keys: list[Any]) -> bytes:
-    """All keys in one byte string, each NUL-terminated (the shim refuses empty keys)."""
+def pack_keys(keys: list[Any]) -> bytes:
+    """All keys in one byte string, separated by NUL bytes.
+
+    The shim reads ``len(result) + 1`` bytes: a bytes object always keeps a NUL after its
+    last byte (CPython's C API guarantees it), which terminates the last key.  The shim
+    refuses empty keys, and a key holding a NUL (it would split into more keys than n).
+    """
     try:
-        joined = "\0".join(keys)  # TypeError unless every key is a str
-    except TypeError:
-        joined = None
-    if joined is not None and joined.isascii():
-        if joined.count("\0") == len(keys) - 1:
-            return joined.encode("ascii") + b"\0"
-        encoded = None
-    else:
-        encoded = [encode_key(k, i) for i, k in enumerate(keys)]
-    if encoded is None:
-        encoded = [k.encode("ascii") for k in keys]
-    for i, kb in enumerate(encoded):
-        if b"\0" in kb:
-            raise InvalidArgumentError(MCS_E_INVALID_ARG, f"key #{i} contains a NUL byte")
-    return b"\0".join(encoded) + b"\0"
+        return "\0".join(keys).encode()  # TypeError unless every key is a str
+    except (TypeError, UnicodeEncodeError):
+        return b"\0".join([encode_key(k, i) for i, k in enumerate(keys)])
 
 
 class Packed:
@@ -73,7 +78,7 @@ class Packed:
     timed out) that is when its completion has been drained.
     """
 
-    __slots__ = ("batch", "results", "values", "n", "_keep")
+    __slots__ = ("batch", "results", "values", "n", "keys", "_keep")
 
     def __init__(
         self,
@@ -90,7 +95,7 @@ class Packed:
         n = len(keys)
         if n == 0:
             raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
-        data = _pack_keys(keys)
+        data = pack_keys(keys)
         b = ffi.new("struct mcs_batch *")
         b.struct_size = _BATCH_SIZE
         b.op = op
@@ -99,7 +104,7 @@ class Packed:
         b.n = n
         cdata = ffi.from_buffer(data)
         b.key_data = cdata
-        b.key_bytes = len(data)
+        b.key_bytes = len(data) + 1  # with the NUL every bytes object ends with
         keep: list[Any] = [data, cdata]
         if buffers is not None:
             if op not in _BUFFER_OPS:
@@ -131,11 +136,91 @@ class Packed:
             self.values = None
         self.batch = b
         self.n = n
+        self.keys = keys
         self._keep = keep
 
     def unpack(self) -> list[int]:
         """The per-key results as a list of ints."""
-        return ffi.unpack(self.results, self.n)
+        return results_list(self.results, self.n)
+
+
+class KeyBatch:
+    """A reusable batch of keys only (exists, size, remove) for one thread's blocking calls.
+
+    Only for calls without a deadline: the shim is done with the batch when ``mcs_run``
+    returns, so the struct and its results array can serve the next call.
+    """
+
+    __slots__ = ("batch", "results", "cap")
+
+    def __init__(self, cap: int = 64) -> None:
+        self.batch = ffi.new("struct mcs_batch *")
+        self.batch.struct_size = _BATCH_SIZE
+        self._grow(cap)
+
+    def _grow(self, cap: int) -> None:
+        self.cap = cap
+        self.results = ffi.new("int64_t[]", cap)
+        self.batch.results = self.results
+
+    def fill(self, op: int, keys: list[Any], flags: int) -> Any:
+        """Point the batch at ``keys``; returns what must stay alive during the call."""
+        n = len(keys)
+        if n > self.cap:
+            self._grow(max(n, 2 * self.cap))
+        data = pack_keys(keys)
+        cdata = ffi.from_buffer(data)
+        b = self.batch
+        b.op = op
+        b.flags = flags
+        b.n = n
+        b.key_data = cdata
+        b.key_bytes = len(data) + 1  # with the NUL every bytes object ends with
+        return cdata
+
+
+#: From this many keys on, results are converted through numpy (C speed per key).
+_NUMPY_FROM = 128
+
+
+def results_list(results: Any, n: int) -> list[int]:
+    """The first n int64 results as a list of ints."""
+    if n < _NUMPY_FROM:
+        return ffi.unpack(results, n)
+    return _np().frombuffer(ffi.buffer(results, 8 * n), dtype="<i8").tolist()
+
+
+def exists_list(results: Any, n: int) -> list[bool] | None:
+    """Exists results as bools, or None if some key failed (the caller raises)."""
+    if n < _NUMPY_FROM:
+        res = ffi.unpack(results, n)
+        return None if min(res) < 0 else list(map(bool, res))
+    arr = _np().frombuffer(ffi.buffer(results, 8 * n), dtype="<i8")
+    return None if arr.min() < 0 else (arr == 1).tolist()
+
+
+def _np() -> Any:
+    import numpy
+
+    return numpy
+
+
+def refused(rc: int, keys: Sequence[Any]) -> Exception:
+    """The error for a batch the shim refused, naming a key that holds a NUL byte.
+
+    Keys travel NUL-separated, so the shim sees such a key as an empty one or as one too
+    many; it is looked for here, only once the shim has refused the batch.
+    """
+    msg = _binding.last_error()
+    if rc == MCS_E_INVALID_ARG and ("NUL" in msg or "empty" in msg):
+        for i, k in enumerate(keys):
+            if (
+                isinstance(k, (str, bytes, bytearray))
+                and ("\0" if isinstance(k, str) else b"\0") in k
+            ):
+                msg = f"key #{i} contains a NUL byte"
+                break
+    return error_for(rc, msg)
 
 
 def nbytes(value: Any) -> int:

@@ -16,7 +16,16 @@ from typing import Any
 from . import _binding, _stats
 from ._binding import ffi, lib
 from ._lifecycle import ClientHandle
-from ._marshal import Packed, as_list, encode_key, nbytes
+from ._marshal import (
+    KeyBatch,
+    Packed,
+    as_list,
+    encode_key,
+    exists_list,
+    nbytes,
+    refused,
+    results_list,
+)
 from ._plans import batch_get_plan, gather_values, raise_key_errors, segment_note
 from .errors import InvalidArgumentError, MooncakeTimeoutError, check, error_for
 from .status import (
@@ -149,7 +158,7 @@ class Client(ClientHandle):
             with self._lock:  # the shim still uses the batch: keep it until it completes
                 self._orphans[int(idp[0])] = packed
             raise MooncakeTimeoutError(rc, f"{what + ': ' if what else ''}{msg}")
-        raise error_for(rc, msg)
+        raise refused(rc, packed.keys)
 
     def _run(
         self,
@@ -174,6 +183,28 @@ class Client(ClientHandle):
         )
         self._run_packed(packed, timeout, OPS[op])
         return packed.unpack()
+
+    def _keys_call(self, op: int, keys: list[Any], flags: int, timeout: Any) -> tuple[Any, int]:
+        """Run a batch of keys only; (its int64 results, n), valid until this thread's next call.
+
+        Without a deadline it goes through this thread's reusable struct (the shim is done
+        with it on return); with one, through a private batch the shim may keep.
+        """
+        n = len(keys)
+        if timeout is not DEFAULT or self.op_timeout is not None or self._orphans:
+            packed = Packed(op, keys, flags=flags)
+            self._run_packed(packed, timeout, OPS[op])
+            return packed.results, n
+        try:
+            kb = self._tls.keys
+        except AttributeError:
+            kb = self._tls.keys = KeyBatch()
+        keep = kb.fill(op, keys, flags)
+        rc = lib.mcs_run(self._h(), ffi.NULL, kb.batch)
+        del keep
+        if rc:
+            raise refused(rc, keys)
+        return kb.results, n
 
     def _drive(self, plan: Generator[Any, Any, Any], timeout: Any) -> Any:
         """Run a plan (see :mod:`._plans`) to its answer, one blocking batch per step."""
@@ -397,9 +428,11 @@ class Client(ClientHandle):
     def batch_exists(self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT) -> list[bool]:
         """Whether each key exists, looked up as one batch."""
         keys = as_list(keys)
-        results = self._run(_EXISTS, keys, timeout=timeout)
-        self._key_errors(keys, results)
-        return list(map(bool, results))  # 1 or 0 once errors are raised
+        res, n = self._keys_call(_EXISTS, keys, 0, timeout)
+        found = exists_list(res, n)
+        if found is None:  # some key failed: raise its error
+            self._key_errors(keys, results_list(res, n))
+        return found
 
     def batch_remove(
         self, keys: Sequence[str | bytes], force: bool = False, *, timeout: Any = DEFAULT
@@ -500,7 +533,7 @@ class Client(ClientHandle):
         with self._lock:  # registered before the completion can be drained
             rc = lib.mcs_submit(self._h(), idp, packed.batch)
             if rc < 0:
-                raise error_for(rc, _binding.last_error())
+                raise refused(rc, packed.keys)
             self._pending[int(idp[0])] = (packed, user_data)
         return int(idp[0])
 

@@ -169,8 +169,9 @@ struct mcs_batch {
     const char *key_data;        /* packed key bytes (copied) */
     uint64_t key_bytes;          /* size of key_data; no key may reach past it */
     const uint64_t *key_offsets; /* n + 1 offsets into key_data (copied), or
-                                    NULL: key_data holds n NUL-terminated
-                                    keys back to back */
+                                    NULL: key_data holds exactly n
+                                    NUL-terminated keys back to back,
+                                    key_bytes of them in all */
     void *const *bufs;           /* GET: n destinations; PUT/UPSERT: n sources;
                                     NULL for other ops.  Borrowed. */
     const uint64_t *sizes;       /* their capacities / lengths (copied) */

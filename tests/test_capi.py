@@ -146,9 +146,10 @@ def _batch(
     b.key_offsets = coffs
     b.bufs = bufs
     b.sizes = sizes
-    b.results = _res(max(1, len(names))) if res is None else res
+    results = _res(max(1, len(names))) if res is None else res
+    b.results = results
     b.values = values
-    _KEEP.extend([cdata, coffs, b.results])
+    _KEEP.extend([cdata, coffs, results])  # the owning cdata: b.results does not own it
     return b
 
 

@@ -218,6 +218,10 @@ std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
             b->keys.emplace_back(k, size_t(nul - k));
             k = nul + 1;
         }
+        if (k != end)
+            throw Error(MCS_E_INVALID_ARG,
+                        "key_data holds more than n = " + std::to_string(n) +
+                            " NUL-terminated keys: a key contains a NUL byte");
     }
     if (n > 1) {
         if (const std::string *dup = find_duplicate(b->keys))

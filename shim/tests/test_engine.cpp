@@ -795,6 +795,8 @@ void test_packed_keys_are_validated() {
     CHECK(f.run_batch(b) == 0);
     b.n = 3;
     CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
+    b.n = 1;  // "abc" then "d": more keys than n (a key with a NUL, seen whole)
+    CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
     b.key_data = nullptr;
     CHECK(f.run_batch(b) == MCS_E_INVALID_ARG);
 }
