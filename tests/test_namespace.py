@@ -164,17 +164,17 @@ def test_lookup_prefix_asks_only_up_to_the_window_of_the_first_miss(
     client: Client, prefix: str
 ) -> None:
     keys = [f"{prefix}c{i}" for i in range(1024)]
-    client.batch_put(keys[:300], [b"v"] * 300)
+    client.batch_put(keys[:100], [b"v"] * 100)
     early = ExistsSpy(client)
     assert lookup_prefix(early, keys[:1] + [f"{prefix}gap"] + keys[2:]) == 1
     assert early.asked == [16]  # 16 keys asked instead of 1,024
     late = ExistsSpy(client)
-    assert lookup_prefix(late, keys) == 300
-    assert late.asked == [16, 64, 256]  # the miss at 300 lies in the window ending at 336
-    client.batch_put(keys[300:], [b"v"] * 724)
+    assert lookup_prefix(late, keys) == 100
+    assert late.asked == [16, 128]  # the miss at 100 lies in the window ending at 144
+    client.batch_put(keys[100:], [b"v"] * 924)
     full = ExistsSpy(client)
     assert lookup_prefix(full, keys) == 1024
-    assert full.asked == [16, 64, 256, 688]
+    assert full.asked == [16, 128, 880]
 
 
 def test_lookup_prefix_prefers_the_clients_own_method(client: Client, prefix: str) -> None:
