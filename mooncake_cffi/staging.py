@@ -41,7 +41,7 @@ from .status import text as status_text
 
 __all__ = ["Staging", "DEFAULT_ALIGN", "DEFAULT_TIMEOUT"]
 
-#: Slots start at multiples of this many bytes from their block's start.
+#: Slots start at multiples of this many bytes from the start of their block's part of the area.
 DEFAULT_ALIGN = 64
 #: Seconds a call waits for free staging space before raising MooncakeTimeoutError.
 DEFAULT_TIMEOUT = 30.0
@@ -136,7 +136,8 @@ class Staging:
             never cross a block boundary, as Mooncake requires.  Default: one block when the
             client registered one, else ``$MC_MAX_MR_SIZE`` if that matches the client's block
             count; otherwise it must be given.
-        align: slots start at multiples of this many bytes from their block's start.
+        align: slots start at multiples of this many bytes from the start of their block's
+            part of the area.
         timeout: seconds a call waits for free space before raising
             :class:`~mooncake_cffi.MooncakeTimeoutError` (each call may override it).
 
