@@ -1,0 +1,262 @@
+"""Key-prefix views of a client: one namespace per model, tenant or weights version.
+
+``Namespace(client, "llama3-70b/fp16/v2/")`` offers the client's key methods with the prefix
+put in front of every key on the way in; keys handed back (:meth:`Namespace.local_key`) have
+it stripped.  Values, per-key results and errors are the client's own.  A namespace is only a
+naming convention on the client side: any client that knows the prefix reads and writes the
+same keys, and nothing stops a client from writing outside it.  Mooncake's ``tenant_id`` setup
+key is a different mechanism; README.md ("Namespaces and tenant_id") compares the two.
+
+:func:`lookup_prefix` counts the leading keys of a sequence that are stored.  The namespace
+calls the client's own ``lookup_prefix`` when it has one, and this module's implementation over
+``batch_exists`` otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import InvalidArgumentError
+from .status import MCS_E_INVALID_ARG
+
+__all__ = ["Namespace", "lookup_prefix"]
+
+#: Keys asked in the first ``batch_exists`` call of :func:`lookup_prefix`.
+LOOKUP_FIRST_WINDOW = 16
+#: Each further call of :func:`lookup_prefix` asks this many times more keys than the last.
+LOOKUP_GROWTH = 8
+
+Key = str | bytes
+
+
+def lookup_prefix(
+    client: Any,
+    keys: Sequence[Key],
+    *,
+    first_window: int = LOOKUP_FIRST_WINDOW,
+    growth: int = LOOKUP_GROWTH,
+) -> int:
+    """How many leading ``keys`` are stored: the index of the first missing key.
+
+    Implemented over ``client.batch_exists`` in windows that grow geometrically: the first call
+    asks the first ``first_window`` keys, each next one ``growth`` times as many as the last
+    (16, 128, 1024, ... by default), always in key order, and the search stops at the first
+    window that holds a miss.  So when the miss comes early only a few keys are asked (and, as
+    an exists renews a key's read lease, only those leases are renewed); when every key is
+    present, 1,024 keys take 3 calls instead of one (each call costs a fixed ~0.1 ms on top of
+    ~1.3 us per key here: about 1.15x the time of one ``batch_exists``).  An empty ``keys``
+    gives 0 without a call.
+    """
+    keys = _as_key_list(keys)
+    if not isinstance(first_window, int) or first_window < 1:
+        raise ValueError("first_window must be a positive integer")
+    if not isinstance(growth, int) or growth < 1:
+        raise ValueError("growth must be a positive integer")
+    done = 0
+    window = first_window
+    while done < len(keys):
+        chunk = keys[done : done + window]
+        for i, present in enumerate(client.batch_exists(chunk)):
+            if not present:
+                return done + i
+        done += len(chunk)
+        window *= growth
+    return done
+
+
+def _as_key_list(keys: Any) -> list[Any]:
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"keys must be a sequence of keys, not a single {type(keys).__name__}")
+    return list(keys)
+
+
+def _check_prefix(prefix: Any) -> tuple[Key, bytes]:
+    """The prefix as given (str or bytes) and as UTF-8 bytes, or an error naming the problem."""
+    if isinstance(prefix, str):
+        try:
+            raw = prefix.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                MCS_E_INVALID_ARG, f"namespace prefix {prefix!r} is not valid UTF-8 ({exc.reason})"
+            ) from None
+        given: Key = prefix
+    elif isinstance(prefix, (bytes, bytearray, memoryview)):
+        raw = bytes(prefix)
+        given = raw
+    else:
+        raise TypeError(f"namespace prefix must be str or bytes, not {type(prefix).__name__}")
+    if not raw:
+        raise InvalidArgumentError(MCS_E_INVALID_ARG, "namespace prefix is empty")
+    if b"\0" in raw:
+        raise InvalidArgumentError(
+            MCS_E_INVALID_ARG, f"namespace prefix {prefix!r} contains a NUL byte"
+        )
+    return given, raw
+
+
+class Namespace:
+    """The keys of ``client`` that start with ``prefix``, addressed without it.
+
+    Args:
+        client: a :class:`mooncake_cffi.Client` (anything with its key methods works).
+        prefix: non-empty ``str`` or ``bytes`` without NUL, e.g. ``"llama3-70b/fp16/v2/"``.
+
+    Every key method of the client is offered with the same arguments and results; keys are
+    prefixed on the way in.  A ``str`` key under a ``str`` prefix becomes a ``str`` key; any other
+    combination a ``bytes`` key (UTF-8).  An empty key is refused here (the prefix alone would
+    otherwise be a valid key).  Thread-safe as the client is: a namespace holds no state of its
+    own.  It does not own the client: closing the client ends every namespace over it.
+    """
+
+    __slots__ = ("client", "_prefix", "_raw")
+
+    def __init__(self, client: Any, prefix: Key) -> None:
+        self.client = client
+        self._prefix, self._raw = _check_prefix(prefix)
+
+    # ---------------------------------------------------------------- keys
+
+    @property
+    def prefix(self) -> Key:
+        """The prefix, as given (``str`` or ``bytes``)."""
+        return self._prefix
+
+    def key(self, key: Key, index: int = 0) -> Key:
+        """The client-side key of ``key``: the prefix followed by ``key``."""
+        if isinstance(key, str):
+            if not key:
+                raise InvalidArgumentError(MCS_E_INVALID_ARG, f"key #{index} is empty")
+            if isinstance(self._prefix, str):
+                return self._prefix + key
+            return self._raw + key.encode("utf-8")
+        if isinstance(key, (bytes, bytearray, memoryview)):
+            kb = bytes(key)
+            if not kb:
+                raise InvalidArgumentError(MCS_E_INVALID_ARG, f"key #{index} is empty")
+            return self._raw + kb
+        raise TypeError(f"key #{index} must be str or bytes, not {type(key).__name__}")
+
+    def keys(self, keys: Sequence[Key]) -> list[Key]:
+        """The client-side keys of a sequence of keys (see :meth:`key`)."""
+        return [self.key(k, i) for i, k in enumerate(_as_key_list(keys))]
+
+    def local_key(self, full_key: Key) -> Key:
+        """``full_key`` without the prefix; ``ValueError`` if it lies outside this namespace."""
+        if isinstance(full_key, str):
+            if isinstance(self._prefix, str) and full_key.startswith(self._prefix):
+                return full_key[len(self._prefix) :]
+            raw = full_key.encode("utf-8")
+            if raw.startswith(self._raw):
+                return raw[len(self._raw) :].decode("utf-8", "surrogateescape")
+        elif isinstance(full_key, (bytes, bytearray, memoryview)):
+            raw = bytes(full_key)
+            if raw.startswith(self._raw):
+                return raw[len(self._raw) :]
+        else:
+            raise TypeError(f"key must be str or bytes, not {type(full_key).__name__}")
+        raise ValueError(f"key {full_key!r} is not in namespace {self._prefix!r}")
+
+    def contains(self, full_key: Key) -> bool:
+        """True if the client-side key ``full_key`` lies inside this namespace."""
+        try:
+            self.local_key(full_key)
+        except ValueError:
+            return False
+        return True
+
+    def namespace(self, prefix: Key) -> Namespace:
+        """A namespace nested inside this one (the prefixes are joined)."""
+        _, raw = _check_prefix(prefix)
+        if isinstance(self._prefix, str) and isinstance(prefix, str):
+            return Namespace(self.client, self._prefix + prefix)
+        return Namespace(self.client, self._raw + raw)
+
+    # ---------------------------------------------------------- single key
+
+    def put(self, key: Key, value: Any, **options: Any) -> None:
+        """:meth:`Client.put` inside the namespace (first writer wins)."""
+        self.client.put(self.key(key), value, **options)
+
+    def put_if_absent(self, key: Key, value: Any, **options: Any) -> bool:
+        """:meth:`Client.put_if_absent`: True if written, False if the key existed."""
+        return self.client.put_if_absent(self.key(key), value, **options)
+
+    def upsert(self, key: Key, value: Any, **options: Any) -> None:
+        """:meth:`Client.upsert`: store, replacing an existing value."""
+        self.client.upsert(self.key(key), value, **options)
+
+    def get(self, key: Key) -> bytes | None:
+        """:meth:`Client.get`: the value, or None if missing."""
+        return self.client.get(self.key(key))
+
+    def exists(self, key: Key) -> bool:
+        """:meth:`Client.exists` (renews the key's read lease)."""
+        return self.client.exists(self.key(key))
+
+    def remove(self, key: Key, force: bool = False) -> bool:
+        """:meth:`Client.remove`: True if removed, False if absent."""
+        return self.client.remove(self.key(key), force=force)
+
+    def size(self, key: Key) -> int | None:
+        """:meth:`Client.size`: the value's size in bytes, or None if missing."""
+        return self.client.size(self.key(key))
+
+    # --------------------------------------------------------------- batch
+
+    def batch_put(self, keys: Sequence[Key], values: Sequence[Any], **options: Any) -> list[int]:
+        """:meth:`Client.batch_put`: per-key status, in the order of ``keys``."""
+        return self.client.batch_put(self.keys(keys), values, **options)
+
+    def batch_upsert(self, keys: Sequence[Key], values: Sequence[Any], **options: Any) -> list[int]:
+        """:meth:`Client.batch_upsert`: per-key status, in the order of ``keys``."""
+        return self.client.batch_upsert(self.keys(keys), values, **options)
+
+    def batch_get(self, keys: Sequence[Key]) -> list[bytes | None]:
+        """:meth:`Client.batch_get`: values (None where missing)."""
+        return self.client.batch_get(self.keys(keys))
+
+    def batch_exists(self, keys: Sequence[Key]) -> list[bool]:
+        """:meth:`Client.batch_exists`: whether each key exists."""
+        return self.client.batch_exists(self.keys(keys))
+
+    def batch_remove(self, keys: Sequence[Key], force: bool = False) -> list[int]:
+        """:meth:`Client.batch_remove`: per-key status (0 removed, -704 absent, ...)."""
+        return self.client.batch_remove(self.keys(keys), force=force)
+
+    # ----------------------------------------------------------- zero-copy
+
+    def put_from(
+        self,
+        keys: Sequence[Key],
+        buffers: Sequence[Any],
+        sizes: Sequence[int] | None = None,
+        **options: Any,
+    ) -> list[int]:
+        """:meth:`Client.put_from`: store from buffers without copying; per-key status."""
+        return self.client.put_from(self.keys(keys), buffers, sizes, **options)
+
+    def get_into(
+        self, keys: Sequence[Key], buffers: Sequence[Any], sizes: Sequence[int] | None = None
+    ) -> list[int]:
+        """:meth:`Client.get_into`: read into buffers; bytes read or a negative code per key."""
+        return self.client.get_into(self.keys(keys), buffers, sizes)
+
+    # -------------------------------------------------------------- lookup
+
+    def lookup_prefix(self, keys: Sequence[Key]) -> int:
+        """How many leading ``keys`` are stored (the index of the first missing one).
+
+        Uses the client's ``lookup_prefix`` when it has one; otherwise this module's
+        :func:`lookup_prefix` over ``batch_exists`` (geometrically growing windows).
+        """
+        full = self.keys(keys)
+        if not full:
+            return 0
+        native = getattr(self.client, "lookup_prefix", None)
+        if native is not None:
+            return native(full)
+        return lookup_prefix(self.client, full)
+
+    def __repr__(self) -> str:
+        return f"<mooncake_cffi.Namespace {self._prefix!r} of {self.client!r}>"

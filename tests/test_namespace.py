@@ -1,0 +1,266 @@
+"""Namespace: key-prefix views of a client, against a real cluster; and what tenant_id does."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mooncake_cffi.cluster as cluster_mod
+from mooncake_cffi import Client, InvalidArgumentError, MooncakeError
+from mooncake_cffi.namespace import Namespace, lookup_prefix
+from mooncake_cffi.status import TENANT_NOT_REGISTERED, TENANT_QUOTA_EXCEEDED
+
+
+@pytest.fixture
+def client(cluster_config: dict[str, Any]) -> Iterator[Client]:
+    with Client(cluster_config) as c:
+        yield c
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A fresh prefix per test: the store is shared by the session and first-writer-wins."""
+    return f"ns-{uuid.uuid4().hex[:12]}/"
+
+
+class ExistsSpy:
+    """A real client whose batch_exists calls are recorded (to count the keys asked)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.asked: list[int] = []
+
+    def batch_exists(self, keys: list[Any]) -> list[bool]:
+        self.asked.append(len(keys))
+        return self.client.batch_exists(keys)
+
+
+# ------------------------------------------------------------------ prefix handling
+
+
+def test_prefix_must_be_non_empty_str_or_bytes_without_nul(client: Client) -> None:
+    for bad in ("", b""):
+        with pytest.raises(InvalidArgumentError, match="empty"):
+            Namespace(client, bad)
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        Namespace(client, "a\0b")
+    with pytest.raises(TypeError, match="str or bytes, not int"):
+        Namespace(client, 7)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="not valid UTF-8"):
+        Namespace(client, "\udcff")
+    assert Namespace(client, b"raw/").prefix == b"raw/"
+
+
+def test_empty_key_is_refused_inside_a_namespace(client: Client, prefix: str) -> None:
+    ns = Namespace(client, prefix)
+    with pytest.raises(InvalidArgumentError, match="key #0 is empty"):
+        ns.put("", b"x")
+    with pytest.raises(InvalidArgumentError, match="key #1 is empty"):
+        ns.batch_get(["a", b""])
+    with pytest.raises(TypeError, match="key #0 must be str or bytes"):
+        ns.get(3)  # type: ignore[arg-type]
+
+
+def test_keys_are_prefixed_and_local_key_strips_the_prefix(client: Client) -> None:
+    ns = Namespace(client, "m/v1/")
+    assert ns.key("a") == "m/v1/a"
+    assert ns.key(b"a") == b"m/v1/a"
+    assert Namespace(client, b"m/").key("\u00e9") == "m/\u00e9".encode()
+    assert ns.local_key("m/v1/a") == "a"
+    assert ns.local_key(b"m/v1/a") == b"a"
+    assert ns.contains("m/v1/x") and not ns.contains("m/v2/x")
+    with pytest.raises(ValueError, match="not in namespace"):
+        ns.local_key("other/a")
+    assert ns.namespace("layer0/").key("k") == "m/v1/layer0/k"
+
+
+# ------------------------------------------------------------------ key methods
+
+
+def test_a_value_put_in_a_namespace_is_stored_under_the_prefixed_key(
+    client: Client, prefix: str
+) -> None:
+    ns = Namespace(client, prefix)
+    local = f"only-{uuid.uuid4().hex}"
+    ns.put(local, b"one")
+    assert client.get(prefix + local) == b"one"
+    assert ns.get(local) == b"one"
+    assert not client.exists(local)
+    assert ns.exists(local) and not ns.exists("b")
+    assert ns.size(local) == 3 and ns.size("b") is None
+
+
+def test_two_namespaces_keep_the_same_local_key_apart(client: Client, prefix: str) -> None:
+    red, blue = Namespace(client, prefix + "red/"), Namespace(client, prefix + "blue/")
+    red.put("k", b"red")
+    blue.put("k", b"blue")
+    assert (red.get("k"), blue.get("k")) == (b"red", b"blue")
+    assert red.remove("k", force=True) is True
+    assert red.get("k") is None and blue.get("k") == b"blue"
+
+
+def test_put_if_absent_upsert_and_remove_work_inside_the_namespace(
+    client: Client, prefix: str
+) -> None:
+    ns = Namespace(client, prefix)
+    assert ns.put_if_absent("k", b"first") is True
+    assert ns.put_if_absent("k", b"second") is False
+    assert ns.get("k") == b"first"
+    ns.upsert("k", b"third")
+    assert ns.get("k") == b"third"
+    assert ns.remove("k", force=True) is True
+    assert ns.remove("k", force=True) is False
+
+
+def test_batch_methods_apply_the_prefix_and_keep_key_order(client: Client, prefix: str) -> None:
+    ns = Namespace(client, prefix)
+    keys = ["x", "y", "z"]
+    assert ns.batch_put(keys, [b"1", b"2", b"3"]) == [0, 0, 0]
+    assert ns.batch_get(["z", "missing", "x"]) == [b"3", None, b"1"]
+    assert ns.batch_exists(["y", "missing"]) == [True, False]
+    assert client.batch_exists([prefix + k for k in keys]) == [True, True, True]
+    assert ns.batch_upsert(["x"], [b"one"]) == [0]
+    assert ns.get("x") == b"one"
+    assert ns.batch_remove(keys, force=True) == [0, 0, 0]
+    assert ns.batch_exists(keys) == [False, False, False]
+
+
+def test_put_from_and_get_into_use_prefixed_keys(client: Client, prefix: str) -> None:
+    ns = Namespace(client, prefix)
+    src = bytearray(b"zero-copy value")
+    assert ns.put_from(["zc"], [src]) == [0]
+    dst = bytearray(64)
+    (n,) = ns.get_into(["zc"], [dst])
+    assert bytes(dst[:n]) == bytes(src)
+    assert client.get(prefix + "zc") == bytes(src)
+
+
+def test_errors_are_the_clients_own(client: Client, prefix: str) -> None:
+    ns = Namespace(client, prefix)
+    with pytest.raises(InvalidArgumentError, match="more than once"):
+        ns.batch_put(["d", "d"], [b"1", b"2"])
+
+
+# ------------------------------------------------------------------ lookup_prefix
+
+
+def test_lookup_prefix_counts_the_leading_stored_keys(client: Client, prefix: str) -> None:
+    ns = Namespace(client, prefix)
+    keys = [f"chunk{i}" for i in range(40)]
+    ns.batch_put(keys[:25], [b"v"] * 25)
+    assert ns.lookup_prefix(keys) == 25
+    assert ns.lookup_prefix(keys[:25]) == 25
+    assert ns.lookup_prefix(["absent"] + keys) == 0
+    assert ns.lookup_prefix([]) == 0
+    ns.batch_put(keys[30:31], [b"v"])  # a hit after the first miss does not count
+    assert ns.lookup_prefix(keys) == 25
+
+
+def test_lookup_prefix_asks_only_up_to_the_window_of_the_first_miss(
+    client: Client, prefix: str
+) -> None:
+    keys = [f"{prefix}c{i}" for i in range(1024)]
+    client.batch_put(keys[:100], [b"v"] * 100)
+    early = ExistsSpy(client)
+    assert lookup_prefix(early, keys[:1] + [f"{prefix}gap"] + keys[2:]) == 1
+    assert early.asked == [16]  # 16 keys asked instead of 1,024
+    late = ExistsSpy(client)
+    assert lookup_prefix(late, keys) == 100
+    assert late.asked == [16, 128]  # the miss at 100 lies in the window ending at 144
+    client.batch_put(keys[100:], [b"v"] * 924)
+    full = ExistsSpy(client)
+    assert lookup_prefix(full, keys) == 1024
+    assert full.asked == [16, 128, 880]
+
+
+def test_lookup_prefix_prefers_the_clients_own_method(client: Client, prefix: str) -> None:
+    class WithNative(ExistsSpy):
+        def __init__(self, client: Client) -> None:
+            super().__init__(client)
+            self.native_calls: list[list[Any]] = []
+
+        def lookup_prefix(self, keys: list[Any]) -> int:
+            self.native_calls.append(keys)
+            return lookup_prefix(self.client, keys)
+
+    spy = WithNative(client)
+    ns = Namespace(spy, prefix)
+    assert ns.lookup_prefix(["a", "b"]) == 0
+    assert spy.native_calls == [[prefix + "a", prefix + "b"]] and spy.asked == []
+
+
+def test_lookup_prefix_rejects_bad_windows(client: Client) -> None:
+    with pytest.raises(ValueError, match="first_window"):
+        lookup_prefix(client, ["a"], first_window=0)
+    with pytest.raises(TypeError, match="single str"):
+        lookup_prefix(client, "abc")
+
+
+# ------------------------------------------------------------------ tenant_id
+
+
+def test_tenant_id_does_not_isolate_on_a_master_in_its_default_mode(
+    cluster_config: dict[str, Any], prefix: str
+) -> None:
+    with (
+        Client({**cluster_config, "tenant_id": "alpha"}) as alpha,
+        Client({**cluster_config, "tenant_id": "beta"}) as beta,
+    ):
+        alpha.put(prefix + "k", b"alpha's")
+        assert beta.get(prefix + "k") == b"alpha's"
+
+
+@pytest.fixture
+def multi_tenant_cluster(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> cluster_mod.LocalCluster:
+    """A cluster whose master runs in strict multi-tenant mode with tenants alpha and beta."""
+    quotas = tmp_path / "tenant_quotas.yaml"
+    quotas.write_text(
+        "version: 1\ntenants:\n  - name: alpha\n    quota: 32MB\n  - name: beta\n    quota: 32MB\n"
+    )
+    real = cluster_mod.find_binary
+    wrapper = tmp_path / "mooncake_master_multi_tenant"
+    wrapper.write_text(
+        f'#!/bin/sh\nexec "{real(cluster_mod.MASTER_BINARY)}" "$@" -enable_multi_tenants=true '
+        f'-tenant_quota_connector_type=file "-tenant_quota_connector_uri={quotas}"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(
+        cluster_mod,
+        "find_binary",
+        lambda name: wrapper if name == cluster_mod.MASTER_BINARY else real(name),
+    )
+    local = make_cluster()
+    local.start()
+    return local
+
+
+@pytest.mark.slow
+def test_tenant_id_isolates_keys_and_quota_in_strict_multi_tenant_mode_but_is_no_credential(
+    multi_tenant_cluster: cluster_mod.LocalCluster,
+) -> None:
+    cfg = multi_tenant_cluster.client_config()
+    with (
+        Client({**cfg, "tenant_id": "alpha"}) as alpha,
+        Client({**cfg, "tenant_id": "beta"}) as beta,
+        Client({**cfg, "tenant_id": "alpha"}) as impostor,
+        Client(cfg) as unregistered,
+    ):
+        alpha.put("k", b"alpha's")
+        assert beta.get("k") is None and not beta.exists("k")
+        beta.put("k", b"beta's")  # same key, another tenant: a separate object
+        assert (alpha.get("k"), beta.get("k")) == (b"alpha's", b"beta's")
+        # Anyone who says "alpha" is alpha: tenant_id is not authentication.
+        assert impostor.get("k") == b"alpha's"
+        with pytest.raises(MooncakeError) as not_registered:
+            unregistered.put("k2", b"x")
+        assert not_registered.value.code == TENANT_NOT_REGISTERED
+        with pytest.raises(MooncakeError) as over_quota:
+            alpha.put("big", bytes(40 << 20))
+        assert over_quota.value.code == TENANT_QUOTA_EXCEEDED
+        assert over_quota.value.name == "TENANT_QUOTA_EXCEEDED"
