@@ -1,0 +1,663 @@
+"""``LocalCluster``: a throw-away Mooncake cluster on 127.0.0.1, shaped like production.
+
+It starts, from the installed Mooncake wheel's ELF binaries (never its Python wrappers):
+
+* optionally ``etcd`` (Debian's ``etcd-server``), for HA masters and/or as metadata server;
+* optionally the wheel's HTTP metadata server (``python -m mooncake.http_metadata_server``);
+* one ``mooncake_master``, or ``M`` of them in HA mode (``-enable_ha`` on etcd, oplog on);
+* ``N`` storage nodes (``mooncake_client``), each contributing its own segment size;
+
+waits until a master leads and every segment is mounted, and records what it started in a
+private ``state.json`` so that another process can query or stop it (:meth:`load`).  See
+:mod:`._procs` for how a recorded process is recognised before it is signalled, and
+:mod:`._statedir` for how the state directory is kept safe.
+
+Loopback only: every process is told to listen on 127.0.0.1, and the ones whose listening
+sockets Mooncake hard-codes to the wildcard address (the transfer engine's ports, the
+master's built-in metadata server) run with the package's ``libmcs_loopback.so`` preloaded,
+which turns a wildcard ``bind()`` into one on 127.0.0.1 (see :mod:`.loopback`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from . import _statedir, _status, loopback
+from ._common import (
+    HOST,
+    HTTP_TIMEOUT,
+    MASTER_BINARY,
+    MIN_SEGMENT_BYTES,
+    STORAGE_BINARY,
+    ClusterError,
+    find_binary,
+    find_etcd,
+    free_ports,
+    http_get,
+    parse_size,
+    tail,
+)
+from ._procs import Proc
+
+__all__ = ["METADATA_MODES", "LocalCluster"]
+
+STATE_FILE = "state.json"
+#: Where segment and client metadata live: the wheel's HTTP server, the master's built-in
+#: one (listens on every interface unless confined), etcd, or none (peer-to-peer handshake).
+METADATA_MODES = ("http", "master", "etcd", "p2p")
+_STATE_VERSION = 2
+_POLL_INTERVAL = 0.1
+_START_ATTEMPTS = 3
+
+
+def _role(kind: str, index: int) -> str:
+    return kind if index == 0 else f"{kind}{index}"
+
+
+class LocalCluster:
+    """Masters, storage nodes and their helpers on 127.0.0.1, with state in ``state_dir``.
+
+    ``segment_size`` is one size for every storage node or a list with one size per node
+    (its length is then the node count).  ``ha=True`` runs ``masters`` masters (default 3)
+    elected through a private etcd, with the oplog on; clients then use the
+    ``etcd://`` master address and ``cluster_id`` from :meth:`client_config`.
+    ``client_ttl`` (seconds) is how long the masters keep a silent client's segments.
+    Use :meth:`start` / :meth:`stop`, or the instance as a context manager.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        segment_size: str | Sequence[str] = "1 GB",
+        *,
+        storage_nodes: int | None = None,
+        ha: bool = False,
+        masters: int | None = None,
+        metadata: str = "http",
+        client_ttl: int | None = None,
+        cluster_id: str | None = None,
+        master_args: Sequence[str] = (),
+    ) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        sizes = [segment_size] if isinstance(segment_size, (str, int)) else list(segment_size)
+        if not sizes:
+            raise ValueError("segment_size must name at least one size")
+        if storage_nodes is None:
+            storage_nodes = len(sizes)
+        if isinstance(storage_nodes, bool) or not isinstance(storage_nodes, int):
+            raise ValueError(f"storage_nodes must be an integer, got {storage_nodes!r}")
+        if storage_nodes < 1:
+            raise ValueError(f"storage_nodes must be at least 1, got {storage_nodes}")
+        if len(sizes) == 1:
+            sizes = sizes * storage_nodes
+        elif len(sizes) != storage_nodes:
+            raise ValueError(
+                f"{len(sizes)} segment sizes given for {storage_nodes} storage nodes: "
+                "give one size, or one per node"
+            )
+        for size in sizes:
+            if parse_size(size) < MIN_SEGMENT_BYTES:
+                raise ValueError(f"segment_size {size!r} is below Mooncake's minimum of 16 MB")
+        if masters is None:
+            masters = 3 if ha else 1
+        if isinstance(masters, bool) or not isinstance(masters, int) or masters < 1:
+            raise ValueError(f"masters must be a positive integer, got {masters!r}")
+        if masters > 1 and not ha:
+            raise ValueError(f"{masters} masters need HA mode (ha=True, `--ha`)")
+        if metadata not in METADATA_MODES:
+            raise ValueError(
+                f"unknown metadata server {metadata!r}: choose one of {', '.join(METADATA_MODES)}"
+            )
+        if metadata == "master" and ha:
+            raise ValueError("HA masters have no shared built-in metadata server: use http/etcd")
+        if client_ttl is not None and (isinstance(client_ttl, bool) or client_ttl < 1):
+            raise ValueError(f"client_ttl must be a positive number of seconds, got {client_ttl}")
+        self.segment_sizes = [str(s) for s in sizes]
+        self.ha = bool(ha)
+        self.masters = masters
+        self.metadata = metadata
+        self.client_ttl = client_ttl
+        self.cluster_id = cluster_id if cluster_id is not None else None
+        self.master_args = list(master_args)
+        self.ports: dict[str, int] | None = None
+        self.procs: dict[str, Proc] = {}
+        self.started_at: float | None = None
+        self.loopback_confined = False
+        self._token = ""
+
+    # -- shape, paths and addresses --------------------------------------------------------
+
+    @property
+    def segment_size(self) -> str:
+        """The first storage node's segment size (all of them: :attr:`segment_sizes`)."""
+        return self.segment_sizes[0]
+
+    @property
+    def storage_nodes(self) -> int:
+        return len(self.segment_sizes)
+
+    @property
+    def master_roles(self) -> list[str]:
+        return [_role("master", i) for i in range(self.masters)]
+
+    @property
+    def storage_roles(self) -> list[str]:
+        return [_role("storage", i) for i in range(self.storage_nodes)]
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    def log_path(self, role: str) -> Path:
+        return self.state_dir / f"{role}.log"
+
+    @property
+    def master_log(self) -> Path:
+        return self.log_path("master")
+
+    @property
+    def storage_log(self) -> Path:
+        return self.log_path("storage")
+
+    @property
+    def pids(self) -> dict[str, int | None]:
+        """PID of every process, by role (``master``, ``storage``, ``storage1``, ``etcd``...)."""
+        return {role: proc.pid for role, proc in self.procs.items()}
+
+    def _port(self, name: str) -> int:
+        if self.ports is None:
+            raise ClusterError(f"the cluster in {self.state_dir} has not been started")
+        return self.ports[name]
+
+    def _rpc_key(self, index: int) -> str:
+        return "master_rpc" if index == 0 else f"master{index}_rpc"
+
+    def _metrics_key(self, index: int) -> str:
+        return "metrics_http" if index == 0 else f"master{index}_metrics"
+
+    @property
+    def etcd_endpoint(self) -> str:
+        """``127.0.0.1:P`` of the cluster's etcd (HA or etcd metadata only)."""
+        return f"{HOST}:{self._port('etcd_client')}"
+
+    @property
+    def master_addr(self) -> str:
+        """Mooncake's ``master_server_addr``: ``127.0.0.1:P``, or ``etcd://127.0.0.1:P`` (HA)."""
+        if self.ha:
+            return f"etcd://{self.etcd_endpoint}"
+        return f"{HOST}:{self._port('master_rpc')}"
+
+    @property
+    def metadata_server(self) -> str:
+        """Mooncake's ``metadata_server`` for this cluster."""
+        if self.metadata == "p2p":
+            self._port("master_rpc")
+            return "P2PHANDSHAKE"
+        if self.metadata == "etcd":
+            return f"etcd://{self.etcd_endpoint}"
+        return f"http://{HOST}:{self._port('metadata_http')}/metadata"
+
+    def master_metrics_url(self, index: int) -> str:
+        return f"http://{HOST}:{self._port(self._metrics_key(index))}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Admin/metrics URL of the leading master (of master 0 when none leads)."""
+        leader = self.leader()
+        return self.master_metrics_url(0 if leader is None else leader)
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """Mooncake setup keys for a client of this cluster that contributes no memory."""
+        config: dict[str, Any] = {
+            "local_hostname": HOST,
+            "metadata_server": self.metadata_server,
+            "master_server_addr": self.master_addr,
+            "protocol": "tcp",
+            "global_segment_size": "0",
+        }
+        if self.ha:
+            config["cluster_id"] = self.cluster_id
+        config.update(extra)
+        return config
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a client process of this cluster: its cluster id (HA) and, when the
+        loopback library is built, the preload that keeps its transfer ports on 127.0.0.1."""
+        env = loopback.env(HOST) if self.loopback_confined else {}
+        if self.ha and self.cluster_id:
+            env["MC_STORE_CLUSTER_ID"] = self.cluster_id
+        return env
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def alive(self, role: str) -> bool:
+        """True while the process of ``role`` is running and is provably the one we started."""
+        proc = self.procs.get(role)
+        return proc is not None and proc.is_ours(self._token)
+
+    _alive = alive  # the name older callers use
+
+    def is_running(self) -> bool:
+        """True while every process we started is alive."""
+        return bool(self.procs) and all(self.alive(role) for role in self.procs)
+
+    def any_alive(self) -> bool:
+        return any(self.alive(role) for role in self.procs)
+
+    def kill(self, role: str) -> None:
+        """SIGKILL one process of the cluster (a crash, for tests); ClusterError if not ours."""
+        proc = self.procs.get(role)
+        if proc is None or not proc.kill(token=self._token):
+            raise ClusterError(f"no running {role!r} process of this cluster")
+        if proc.popen is not None:
+            proc.popen.wait(timeout=10)
+
+    def _get(self, path: str, timeout: float = HTTP_TIMEOUT, index: int | None = None):
+        base = self.metrics_url if index is None else self.master_metrics_url(index)
+        return http_get(base + path, timeout=timeout)
+
+    def leader(self) -> int | None:
+        """Index of the master that leads and serves (0 without HA when healthy), or None."""
+        if self.ports is None:
+            return None
+        for index, role in enumerate(self.master_roles):
+            if role in self.procs and not self.alive(role):
+                continue
+            got = _status.health(lambda p, timeout=1.0, i=index: self._get(p, timeout, i))
+            if got is None:
+                continue
+            if got.get("service_ready", True) and (not self.ha or got.get("role") == "leader"):
+                return index
+        return None
+
+    def segments(self) -> list[str]:
+        """Names of the segments mounted in the leading master."""
+        return _status.segments(self._get)
+
+    # -- state file ----------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "version": _STATE_VERSION,
+            "token": self._token,
+            "shape": {
+                "segment_sizes": self.segment_sizes,
+                "ha": self.ha,
+                "masters": self.masters,
+                "metadata": self.metadata,
+                "client_ttl": self.client_ttl,
+                "cluster_id": self.cluster_id,
+                "master_args": self.master_args,
+            },
+            "processes": [proc.to_state() for proc in self.procs.values()],
+            "pids": self.pids,
+            "ports": dict(self.ports or {}),
+            "logs": {role: proc.log for role, proc in self.procs.items()},
+            "master_addr": self.master_addr,
+            "metadata_server": self.metadata_server,
+            "segment_size": self.segment_size,
+            "loopback_confined": self.loopback_confined,
+            "started_at": self.started_at,
+        }
+
+    def _write_state(self) -> None:
+        data = (json.dumps(self._state(), indent=2) + "\n").encode()
+        _statedir.write_atomic(self.state_path, data)
+
+    @classmethod
+    def load(cls, state_dir: Path | str) -> LocalCluster | None:
+        """The cluster recorded in ``state_dir/state.json``, or None if there is none.
+
+        The state file must be the user's and private (ClusterError otherwise).  The returned
+        object can report :meth:`status` and :meth:`stop` the processes even though this
+        process did not start them.
+        """
+        path = Path(state_dir).absolute() / STATE_FILE
+        raw = _statedir.read_private(path)
+        if raw is None:
+            return None
+        try:
+            state = json.loads(raw)
+        except ValueError as exc:
+            raise ClusterError(f"cannot read {path}: {exc}") from exc
+        try:
+            shape = state["shape"]
+            cluster = cls(
+                state_dir,
+                shape["segment_sizes"],
+                ha=bool(shape["ha"]),
+                masters=int(shape["masters"]),
+                metadata=str(shape["metadata"]),
+                client_ttl=shape.get("client_ttl"),
+                cluster_id=shape.get("cluster_id"),
+                master_args=list(shape.get("master_args") or []),
+            )
+            cluster._token = str(state["token"])
+            cluster.ports = {str(k): int(v) for k, v in state["ports"].items()}
+            for item in state["processes"]:
+                proc = Proc.from_state(item)
+                cluster.procs[proc.role] = proc
+            cluster.started_at = state.get("started_at")
+            cluster.loopback_confined = bool(state.get("loopback_confined"))
+            cluster.master_addr  # noqa: B018 - the ports it needs must be present
+        except (KeyError, TypeError, ValueError, AttributeError, ClusterError) as exc:
+            raise ClusterError(f"{path} is not a valid cluster state file: {exc!r}") from exc
+        return cluster
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start every process; return once a master serves and every segment is mounted.
+
+        Raises ClusterError (after stopping whatever was started) if the cluster does not come
+        up within ``timeout`` seconds.
+        """
+        if self.any_alive():
+            raise ClusterError(f"this cluster in {self.state_dir} is already running")
+        _statedir.ensure_dir(self.state_dir)
+        previous = LocalCluster.load(self.state_dir)
+        if previous is not None:
+            if previous.any_alive():
+                raise ClusterError(
+                    f"a cluster is already running in {self.state_dir} "
+                    f"(pids {previous.pids}); stop it first"
+                )
+            _statedir.remove(self.state_path)
+        deadline = time.monotonic() + timeout
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                self._start_once(deadline)
+                return self
+            except _EarlyExit as exc:
+                self.stop()
+                # A port picked a moment ago may have been taken meanwhile, and the master
+                # then exits without saying why: try again with fresh ports.
+                if attempt == _START_ATTEMPTS or time.monotonic() >= deadline:
+                    raise self._failure(str(exc)) from None
+            except ClusterError as exc:
+                self.stop()
+                raise self._failure(str(exc)) from None
+            except OSError as exc:  # could not spawn a process, write a log or state.json
+                self.stop()
+                raise self._failure(f"cannot start the cluster: {exc}") from exc
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _failure(self, reason: str) -> ClusterError:
+        logs = "".join(
+            f"\n--- last lines of {proc.log} ---\n{tail(Path(proc.log))}"
+            for proc in self.procs.values()
+        )
+        return ClusterError(reason + logs)
+
+    def _assign_ports(self) -> None:
+        names = [self._rpc_key(i) for i in range(self.masters)]
+        names += [self._metrics_key(i) for i in range(self.masters)]
+        names += [f"{role}_rpc" for role in self.storage_roles]
+        if self.metadata in ("http", "master"):
+            names.append("metadata_http")
+        if self.ha or self.metadata == "etcd":
+            names += ["etcd_client", "etcd_peer"]
+        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
+
+    def _confined_env(self) -> dict[str, str]:
+        return loopback.env(HOST) if self.loopback_confined else {}
+
+    def _start_once(self, deadline: float) -> None:
+        self.procs = {}
+        self._token = secrets.token_hex(16)
+        if self.ha and self.cluster_id is None:
+            self.cluster_id = f"mcs-local-{secrets.token_hex(4)}"
+        lib = loopback.library()
+        self.loopback_confined = lib is not None
+        if lib is None:
+            warnings.warn(loopback.MISSING, RuntimeWarning, stacklevel=4)
+        self._assign_ports()
+        self.started_at = time.time()
+        if "etcd_client" in (self.ports or {}):
+            self._spawn_etcd()
+            self._wait("etcd", self._etcd_ready, deadline)
+        if self.metadata == "http":
+            port = self._port("metadata_http")
+            argv = [sys.executable, "-m", "mooncake.http_metadata_server"]
+            argv += ["--host", HOST, f"--port={port}", "--log-level", "WARNING"]
+            self._spawn("metadata", argv, f"--port={port}")
+            self._wait("the metadata server", self._metadata_ready, deadline)
+        master = str(find_binary(MASTER_BINARY))
+        for index, role in enumerate(self.master_roles):
+            self._spawn(role, self._master_argv(master, index), self._master_marker(index), True)
+        self._wait("a serving master", lambda: self.leader() is not None, deadline)
+        storage = str(find_binary(STORAGE_BINARY))
+        for index, role in enumerate(self.storage_roles):
+            env = {"MC_STORE_CLUSTER_ID": self.cluster_id} if self.ha and self.cluster_id else {}
+            argv = [
+                storage,
+                f"-host={HOST}",
+                f"-global_segment_size={self.segment_sizes[index]}",
+                f"-master_server_address={self.master_addr}",
+                f"-metadata_server={self.metadata_server}",
+                f"-port={self._port(f'{role}_rpc')}",
+                "-protocol=tcp",
+            ]
+            self._spawn(role, argv, f"-port={self._port(f'{role}_rpc')}", True, env)
+        self._wait(
+            f"{self.storage_nodes} mounted segment(s)",
+            lambda: len(self.segments()) >= self.storage_nodes,
+            deadline,
+        )
+        for role in self.procs:
+            if not self.alive(role):
+                raise _EarlyExit(self._exit_reason(role))
+
+    def _master_marker(self, index: int) -> str:
+        return f"-metrics_port={self._port(self._metrics_key(index))}"
+
+    def _master_argv(self, binary: str, index: int) -> list[str]:
+        argv = [
+            binary,
+            f"-rpc_address={HOST}",
+            f"-rpc_port={self._port(self._rpc_key(index))}",
+            f"-metrics_host={HOST}",
+            self._master_marker(index),
+        ]
+        if self.metadata == "master":
+            argv += [
+                "-enable_http_metadata_server=true",
+                f"-http_metadata_server_host={HOST}",
+                f"-http_metadata_server_port={self._port('metadata_http')}",
+            ]
+        else:
+            argv.append("-enable_http_metadata_server=false")
+        if self.ha:
+            argv += [
+                "-enable_ha=true",
+                "-ha_backend_type=etcd",
+                f"-etcd_endpoints={self.etcd_endpoint}",
+                f"-cluster_id={self.cluster_id}",
+                "-enable_oplog=true",
+            ]
+        if self.client_ttl is not None:
+            argv.append(f"-client_ttl={int(self.client_ttl)}")
+        return argv + self.master_args
+
+    def _spawn_etcd(self) -> None:
+        client = f"http://{self.etcd_endpoint}"
+        peer = f"http://{HOST}:{self._port('etcd_peer')}"
+        argv = [
+            str(find_etcd()),
+            "--name=mcs-local",
+            f"--data-dir={self.state_dir / 'etcd-data'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=mcs-local={peer}",
+            "--listen-metrics-urls=",
+            "--log-level=warn",
+        ]
+        self._spawn("etcd", argv, f"--listen-client-urls={client}")
+
+    def _etcd_ready(self) -> bool:
+        code, body = http_get(f"http://{self.etcd_endpoint}/health", timeout=1.0)
+        return code == 200 and '"true"' in body
+
+    def _metadata_ready(self) -> bool:
+        code, _ = http_get(f"{self.metadata_server}?key=mcs-probe", timeout=1.0)
+        return code in (200, 404)
+
+    def _spawn(
+        self,
+        role: str,
+        argv: list[str],
+        marker: str,
+        confine: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        full_env = {**(self._confined_env() if confine else {}), **(env or {})}
+        proc = Proc(role=role, argv=argv, log=str(self.log_path(role)), marker=marker, env=full_env)
+        self.procs[role] = proc
+        proc.spawn(self.state_dir, self._token)
+        self._write_state()
+
+    def _exit_reason(self, role: str) -> str:
+        code = self.procs[role].exit_code() if role in self.procs else None
+        status = f" with status {code}" if code is not None else ""
+        return f"{role} ({Path(self.procs[role].argv[0]).name}) exited during startup{status}"
+
+    def _wait(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
+        while True:
+            for role in self.procs:
+                if not self.alive(role):
+                    raise _EarlyExit(self._exit_reason(role))
+            try:
+                if ready():
+                    return
+            except (OSError, ClusterError):
+                pass
+            if time.monotonic() >= deadline:
+                hint = ""
+                for role in self.storage_roles:
+                    if role in self.procs and "segment size is 0" in tail(self.log_path(role), 200):
+                        hint = f" ({role} read its segment size as 0)"
+                raise ClusterError(f"timed out waiting for {what}{hint}")
+            time.sleep(_POLL_INTERVAL)
+
+    # -- stop ----------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 10.0) -> list[str]:
+        """Stop the processes we started (storage nodes, masters, then helpers) and remove
+        ``state.json``; return the roles that were running and got stopped.
+
+        Each gets SIGTERM, then SIGKILL if still alive after ``timeout`` seconds.  A PID that
+        cannot be proven to be our process is left alone.  Safe to call more than once, and
+        after some of the processes crashed.
+        """
+        order = [r for r in self.procs if r.startswith("storage")]
+        order += [r for r in self.procs if r.startswith("master")]
+        order += [r for r in self.procs if r not in order]
+        stopped = [role for role in order if self.procs[role].stop(self._token, timeout)]
+        if self.procs or self.ports is not None:
+            _statedir.remove(self.state_path)
+        return stopped
+
+    # -- status --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Every process, the leader, health, keys, memory and segments, as plain data.
+
+        Never raises for an unreachable master: fields that could not be read are None and
+        the reasons are listed under ``errors``.
+        """
+        errors: list[str] = []
+        result: dict[str, Any] = {
+            "state_dir": str(self.state_dir),
+            "running": False,
+            "healthy": False,
+            "ha": self.ha,
+            "metadata": self.metadata,
+            "processes": {},
+            "pids": self.pids,
+            "ports": dict(self.ports or {}),
+            "leader": None,
+            "master_addr": None,
+            "metadata_server": None,
+            "metrics_url": None,
+            "cluster_id": self.cluster_id,
+            "segment_size": self.segment_size,
+            "segment_sizes": list(self.segment_sizes),
+            "loopback_confined": self.loopback_confined,
+            "started_at": self.started_at,
+            "health": None,
+            "key_count": None,
+            "active_clients": None,
+            "memory": {"total_bytes": None, "used_bytes": None, "segments": {}},
+            "logs": {role: proc.log for role, proc in self.procs.items()},
+            "errors": errors,
+        }
+        if self.ports is None:
+            errors.append("not started")
+            return result
+        result.update(master_addr=self.master_addr, metadata_server=self.metadata_server)
+        for role, proc in self.procs.items():
+            entry: dict[str, Any] = {"pid": proc.pid, "alive": self.alive(role)}
+            if role.startswith("master"):
+                index = self.master_roles.index(role)
+                entry["metrics_url"] = self.master_metrics_url(index)
+                got = None
+                if entry["alive"]:
+                    got = _status.health(lambda p, timeout=1.0, i=index: self._get(p, timeout, i))
+                entry["role"] = (got or {}).get("role", "master" if got else None)
+            result["processes"][role] = entry
+        result["running"] = all(p["alive"] for p in result["processes"].values())
+        for role, entry in result["processes"].items():
+            if not entry["alive"]:
+                errors.append(f"{role} process is not running")
+        leader = self.leader()
+        if leader is None:
+            errors.append("no master is serving")
+            return result
+        result["leader"] = self.master_roles[leader]
+        result["metrics_url"] = self.master_metrics_url(leader)
+        _status.fill(lambda p, timeout=HTTP_TIMEOUT: self._get(p, timeout, leader), result, errors)
+        result["healthy"] = bool(
+            result["running"]
+            and result["health"] is not None
+            and result["health"].get("status", "ok") == "ok"
+        )
+        return result
+
+    # -- context manager -------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running() else "stopped"
+        where = self.master_addr if self.ports else "not started"
+        return f"<LocalCluster {state} {where} in {self.state_dir}>"
+
+    def log_paths(self) -> dict[str, Path]:
+        """The log files, by role."""
+        return {role: Path(proc.log) for role, proc in self.procs.items()}
+
+
+class _EarlyExit(ClusterError):
+    """A process we started exited before the cluster was up."""
