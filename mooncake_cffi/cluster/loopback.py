@@ -7,7 +7,12 @@ port probe) and the master's built-in metadata server to the wildcard address; i
 local cluster starts its Mooncake processes with it; a client process gets the same with the
 environment from :func:`env` (it must be set before the process starts)::
 
-    env LD_PRELOAD=$(python -m mooncake_cffi.cluster.loopback) MCS_BIND_ADDRESS=127.0.0.1 app
+    env LD_PRELOAD=$(python -m mooncake_cffi.cluster.loopback) MCS_BIND_ADDRESS=127.0.0.1 \
+        MC_TCP_BIND_ADDRESS=127.0.0.1 app
+
+``MC_TCP_BIND_ADDRESS`` only sets the address the transfer engine advertises in its segment
+descriptor (by default the first LAN address, so peers connect there); the preload makes it
+listen there too.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ def env(address: str = "127.0.0.1") -> dict[str, str]:
     lib = library()
     if lib is None:
         return {}
-    return {"LD_PRELOAD": str(lib), "MCS_BIND_ADDRESS": address}
+    # MC_TCP_BIND_ADDRESS is what the transfer engine ADVERTISES (it listens on the wildcard
+    # address whatever it says, and without it advertises the first LAN address it finds).
+    return {"LD_PRELOAD": str(lib), "MCS_BIND_ADDRESS": address, "MC_TCP_BIND_ADDRESS": address}
 
 
 if __name__ == "__main__":
