@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +134,16 @@ def remove(path: Path) -> None:
             os.unlink(path.name, dir_fd=dfd)
     except FileNotFoundError:
         pass
+
+
+def remove_tree(path: Path) -> None:
+    """Remove the directory ``path`` inside the state directory (symlinks are not followed)."""
+    with open_dir(path.parent):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path)

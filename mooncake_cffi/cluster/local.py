@@ -50,6 +50,7 @@ from ._procs import Proc
 __all__ = ["METADATA_MODES", "LocalCluster"]
 
 STATE_FILE = "state.json"
+ETCD_DATA = "etcd-data"
 #: Where segment and client metadata live: the wheel's HTTP server, the master's built-in
 #: one (listens on every interface unless confined), etcd, or none (peer-to-peer handshake).
 METADATA_MODES = ("http", "master", "etcd", "p2p")
@@ -496,7 +497,7 @@ class LocalCluster:
         argv = [
             str(find_etcd()),
             "--name=mcs-local",
-            f"--data-dir={self.state_dir / 'etcd-data'}",
+            f"--data-dir={self.state_dir / ETCD_DATA}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
@@ -567,6 +568,8 @@ class LocalCluster:
         order += [r for r in self.procs if r not in order]
         stopped = [role for role in order if self.procs[role].stop(self._token, timeout)]
         if self.procs or self.ports is not None:
+            if not self.any_alive():
+                _statedir.remove_tree(self.state_dir / ETCD_DATA)
             _statedir.remove(self.state_path)
         return stopped
 
