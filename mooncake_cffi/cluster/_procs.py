@@ -84,6 +84,8 @@ class Proc:
     log: str
     marker: str
     env: dict[str, str] = field(default_factory=dict)
+    #: Run before argv (e.g. ``ip netns exec NS``, which execs argv in place: same PID).
+    prefix: list[str] = field(default_factory=list)
     pid: int | None = None
     start_ticks: int | None = None
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
@@ -95,6 +97,7 @@ class Proc:
             "log": self.log,
             "marker": self.marker,
             "env": dict(self.env),
+            "prefix": list(self.prefix),
             "pid": self.pid,
             "start_ticks": self.start_ticks,
         }
@@ -111,6 +114,7 @@ class Proc:
             log=str(data["log"]),
             marker=str(data["marker"]),
             env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+            prefix=[str(p) for p in (data.get("prefix") or [])],
             pid=None if pid is None else int(pid),
             start_ticks=None if ticks is None else int(ticks),
         )
@@ -151,7 +155,7 @@ class Proc:
         fd = _statedir.create_file(Path(self.log))
         try:
             self.popen = subprocess.Popen(
-                self.argv,
+                [*self.prefix, *self.argv],
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=subprocess.STDOUT,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ._common import ClusterError
+from ._common import HTTP_TIMEOUT, ClusterError
 
 Getter = Callable[..., tuple[int, str]]
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -146,3 +146,64 @@ def fill(get: Getter, result: dict[str, Any], errors: list[str]) -> None:
                 memory["segments"].setdefault(name, {"total_bytes": None, "used_bytes": None})
         except (OSError, ClusterError):
             pass
+
+
+def report(c: Any) -> dict[str, Any]:
+    """``LocalCluster.status()`` of cluster ``c`` (see there)."""
+    errors: list[str] = []
+    result: dict[str, Any] = {
+        "state_dir": str(c.state_dir),
+        "running": False,
+        "healthy": False,
+        "ha": c.ha,
+        "metadata": c.metadata,
+        "processes": {},
+        "pids": c.pids,
+        "ports": dict(c.ports or {}),
+        "leader": None,
+        "master_addr": None,
+        "metadata_server": None,
+        "metrics_url": None,
+        "cluster_id": c.cluster_id,
+        "segment_size": c.segment_size,
+        "segment_sizes": list(c.segment_sizes),
+        "loopback_confined": c.loopback_confined,
+        "started_at": c.started_at,
+        "health": None,
+        "key_count": None,
+        "active_clients": None,
+        "memory": {"total_bytes": None, "used_bytes": None, "segments": {}},
+        "logs": {role: proc.log for role, proc in c.procs.items()},
+        "errors": errors,
+    }
+    if c.ports is None:
+        errors.append("not started")
+        return result
+    result.update(master_addr=c.master_addr, metadata_server=c.metadata_server)
+    for role, proc in c.procs.items():
+        entry: dict[str, Any] = {"pid": proc.pid, "alive": c.alive(role)}
+        if role.startswith("master"):
+            index = c.master_roles.index(role)
+            entry["metrics_url"] = c.master_metrics_url(index)
+            got = None
+            if entry["alive"]:
+                got = health(lambda p, timeout=1.0, i=index: c._get(p, timeout, i))
+            entry["role"] = (got or {}).get("role", "master" if got else None)
+        result["processes"][role] = entry
+    result["running"] = all(p["alive"] for p in result["processes"].values())
+    for role, entry in result["processes"].items():
+        if not entry["alive"]:
+            errors.append(f"{role} process is not running")
+    leader = c.leader()
+    if leader is None:
+        errors.append("no master is serving")
+        return result
+    result["leader"] = c.master_roles[leader]
+    result["metrics_url"] = c.master_metrics_url(leader)
+    fill(lambda p, timeout=HTTP_TIMEOUT: c._get(p, timeout, leader), result, errors)
+    result["healthy"] = bool(
+        result["running"]
+        and result["health"] is not None
+        and result["health"].get("status", "ok") == "ok"
+    )
+    return result

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,16 +29,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from . import _statedir, _status, loopback
+from . import _argv, _statedir, _status, loopback
 from ._common import (
     HOST,
     HTTP_TIMEOUT,
-    MASTER_BINARY,
     MIN_SEGMENT_BYTES,
-    STORAGE_BINARY,
     ClusterError,
-    find_binary,
-    find_etcd,
     free_ports,
     http_get,
     parse_size,
@@ -47,10 +42,13 @@ from ._common import (
 )
 from ._procs import Proc
 
-__all__ = ["METADATA_MODES", "LocalCluster"]
+__all__ = ["METADATA_MODES", "LocalCluster", "Placement"]
+
+#: ``placement(role) -> (address, argv prefix)``: where a process of the cluster runs.
+Placement = Callable[[str], tuple[str, Sequence[str]]]
 
 STATE_FILE = "state.json"
-ETCD_DATA = "etcd-data"
+ETCD_DATA = _argv.ETCD_DATA
 #: Where segment and client metadata live: the wheel's HTTP server, the master's built-in
 #: one (listens on every interface unless confined), etcd, or none (peer-to-peer handshake).
 METADATA_MODES = ("http", "master", "etcd", "p2p")
@@ -71,6 +69,10 @@ class LocalCluster:
     elected through a private etcd, with the oplog on; clients then use the
     ``etcd://`` master address and ``cluster_id`` from :meth:`client_config`.
     ``client_ttl`` (seconds) is how long the masters keep a silent client's segments.
+    ``placement`` puts each process on a host of its own: called with a role (``etcd``,
+    ``metadata``, ``master``, ``master1``, ``storage``...) it returns the host's address and
+    the argv prefix that runs a command there (see :meth:`mooncake_cffi.topology.Topology.
+    placement`); ``client_host`` is then the address clients of this process register.
     Use :meth:`start` / :meth:`stop`, or the instance as a context manager.
     """
 
@@ -86,6 +88,8 @@ class LocalCluster:
         client_ttl: int | None = None,
         cluster_id: str | None = None,
         master_args: Sequence[str] = (),
+        placement: Placement | None = None,
+        client_host: str = HOST,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         sizes = [segment_size] if isinstance(segment_size, (str, int)) else list(segment_size)
@@ -128,6 +132,9 @@ class LocalCluster:
         self.client_ttl = client_ttl
         self.cluster_id = cluster_id if cluster_id is not None else None
         self.master_args = list(master_args)
+        self.placement = placement
+        self.client_host = client_host
+        self.addresses: dict[str, str] = {}
         self.ports: dict[str, int] | None = None
         self.procs: dict[str, Proc] = {}
         self.started_at: float | None = None
@@ -178,23 +185,34 @@ class LocalCluster:
             raise ClusterError(f"the cluster in {self.state_dir} has not been started")
         return self.ports[name]
 
-    def _rpc_key(self, index: int) -> str:
+    def rpc_key(self, index: int) -> str:
+        """Name in :attr:`ports` of master ``index``'s RPC port."""
         return "master_rpc" if index == 0 else f"master{index}_rpc"
 
-    def _metrics_key(self, index: int) -> str:
+    def metrics_key(self, index: int) -> str:
+        """Name in :attr:`ports` of master ``index``'s admin/metrics port."""
         return "metrics_http" if index == 0 else f"master{index}_metrics"
+
+    def address(self, role: str) -> str:
+        """The address ``role`` listens on: 127.0.0.1, or its host's in a placement."""
+        return self.addresses.get(role, HOST)
+
+    def _prefix(self, role: str) -> list[str]:
+        if self.placement is None:
+            return []
+        return list(self.placement(role)[1])
 
     @property
     def etcd_endpoint(self) -> str:
         """``127.0.0.1:P`` of the cluster's etcd (HA or etcd metadata only)."""
-        return f"{HOST}:{self._port('etcd_client')}"
+        return f"{self.address('etcd')}:{self._port('etcd_client')}"
 
     @property
     def master_addr(self) -> str:
         """Mooncake's ``master_server_addr``: ``127.0.0.1:P``, or ``etcd://127.0.0.1:P`` (HA)."""
         if self.ha:
             return f"etcd://{self.etcd_endpoint}"
-        return f"{HOST}:{self._port('master_rpc')}"
+        return f"{self.address('master')}:{self._port('master_rpc')}"
 
     @property
     def metadata_server(self) -> str:
@@ -204,10 +222,12 @@ class LocalCluster:
             return "P2PHANDSHAKE"
         if self.metadata == "etcd":
             return f"etcd://{self.etcd_endpoint}"
-        return f"http://{HOST}:{self._port('metadata_http')}/metadata"
+        where = self.address("metadata" if self.metadata == "http" else "master")
+        return f"http://{where}:{self._port('metadata_http')}/metadata"
 
     def master_metrics_url(self, index: int) -> str:
-        return f"http://{HOST}:{self._port(self._metrics_key(index))}"
+        role = self.master_roles[index]
+        return f"http://{self.address(role)}:{self._port(self.metrics_key(index))}"
 
     @property
     def metrics_url(self) -> str:
@@ -218,7 +238,7 @@ class LocalCluster:
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """Mooncake setup keys for a client of this cluster that contributes no memory."""
         config: dict[str, Any] = {
-            "local_hostname": HOST,
+            "local_hostname": self.client_host,
             "metadata_server": self.metadata_server,
             "master_server_addr": self.master_addr,
             "protocol": "tcp",
@@ -232,7 +252,7 @@ class LocalCluster:
     def client_env(self) -> dict[str, str]:
         """Environment for a client process of this cluster: its cluster id (HA) and, when the
         loopback library is built, the preload that keeps its transfer ports on 127.0.0.1."""
-        env = loopback.env(HOST) if self.loopback_confined else {}
+        env = loopback.env(self.client_host) if self.loopback_confined else {}
         if self.ha and self.cluster_id:
             env["MC_STORE_CLUSTER_ID"] = self.cluster_id
         return env
@@ -299,6 +319,8 @@ class LocalCluster:
                 "master_args": self.master_args,
             },
             "processes": [proc.to_state() for proc in self.procs.values()],
+            "addresses": dict(self.addresses),
+            "client_host": self.client_host,
             "pids": self.pids,
             "ports": dict(self.ports or {}),
             "logs": {role: proc.log for role, proc in self.procs.items()},
@@ -342,6 +364,8 @@ class LocalCluster:
                 master_args=list(shape.get("master_args") or []),
             )
             cluster._token = str(state["token"])
+            cluster.addresses = {str(k): str(v) for k, v in (state.get("addresses") or {}).items()}
+            cluster.client_host = str(state.get("client_host") or HOST)
             cluster.ports = {str(k): int(v) for k, v in state["ports"].items()}
             for item in state["processes"]:
                 proc = Proc.from_state(item)
@@ -402,17 +426,14 @@ class LocalCluster:
         return ClusterError(reason + logs)
 
     def _assign_ports(self) -> None:
-        names = [self._rpc_key(i) for i in range(self.masters)]
-        names += [self._metrics_key(i) for i in range(self.masters)]
+        names = [self.rpc_key(i) for i in range(self.masters)]
+        names += [self.metrics_key(i) for i in range(self.masters)]
         names += [f"{role}_rpc" for role in self.storage_roles]
         if self.metadata in ("http", "master"):
             names.append("metadata_http")
         if self.ha or self.metadata == "etcd":
             names += ["etcd_client", "etcd_peer"]
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
-
-    def _confined_env(self) -> dict[str, str]:
-        return loopback.env(HOST) if self.loopback_confined else {}
 
     def _start_once(self, deadline: float) -> None:
         self.procs = {}
@@ -424,33 +445,24 @@ class LocalCluster:
         if lib is None:
             warnings.warn(loopback.MISSING, RuntimeWarning, stacklevel=4)
         self._assign_ports()
+        roles = ["etcd", "metadata", *self.master_roles, *self.storage_roles]
+        if self.placement is not None:
+            self.addresses = {role: self.placement(role)[0] for role in roles}
         self.started_at = time.time()
         if "etcd_client" in (self.ports or {}):
-            self._spawn_etcd()
+            self._spawn("etcd", *_argv.etcd(self))
             self._wait("etcd", self._etcd_ready, deadline)
         if self.metadata == "http":
-            port = self._port("metadata_http")
-            argv = [sys.executable, "-m", "mooncake.http_metadata_server"]
-            argv += ["--host", HOST, f"--port={port}", "--log-level", "WARNING"]
-            self._spawn("metadata", argv, f"--port={port}")
+            self._spawn("metadata", *_argv.metadata(self))
             self._wait("the metadata server", self._metadata_ready, deadline)
-        master = str(find_binary(MASTER_BINARY))
         for index, role in enumerate(self.master_roles):
-            self._spawn(role, self._master_argv(master, index), self._master_marker(index), True)
+            self._spawn(role, *_argv.master(self, index), confine=True)
         self._wait("a serving master", lambda: self.leader() is not None, deadline)
-        storage = str(find_binary(STORAGE_BINARY))
+        cluster_env = (
+            {"MC_STORE_CLUSTER_ID": self.cluster_id} if self.ha and self.cluster_id else {}
+        )
         for index, role in enumerate(self.storage_roles):
-            env = {"MC_STORE_CLUSTER_ID": self.cluster_id} if self.ha and self.cluster_id else {}
-            argv = [
-                storage,
-                f"-host={HOST}",
-                f"-global_segment_size={self.segment_sizes[index]}",
-                f"-master_server_address={self.master_addr}",
-                f"-metadata_server={self.metadata_server}",
-                f"-port={self._port(f'{role}_rpc')}",
-                "-protocol=tcp",
-            ]
-            self._spawn(role, argv, f"-port={self._port(f'{role}_rpc')}", True, env)
+            self._spawn(role, *_argv.storage(self, index), confine=True, env=cluster_env)
         self._wait(
             f"{self.storage_nodes} mounted segment(s)",
             lambda: len(self.segments()) >= self.storage_nodes,
@@ -459,54 +471,6 @@ class LocalCluster:
         for role in self.procs:
             if not self.alive(role):
                 raise _EarlyExit(self._exit_reason(role))
-
-    def _master_marker(self, index: int) -> str:
-        return f"-metrics_port={self._port(self._metrics_key(index))}"
-
-    def _master_argv(self, binary: str, index: int) -> list[str]:
-        argv = [
-            binary,
-            f"-rpc_address={HOST}",
-            f"-rpc_port={self._port(self._rpc_key(index))}",
-            f"-metrics_host={HOST}",
-            self._master_marker(index),
-        ]
-        if self.metadata == "master":
-            argv += [
-                "-enable_http_metadata_server=true",
-                f"-http_metadata_server_host={HOST}",
-                f"-http_metadata_server_port={self._port('metadata_http')}",
-            ]
-        else:
-            argv.append("-enable_http_metadata_server=false")
-        if self.ha:
-            argv += [
-                "-enable_ha=true",
-                "-ha_backend_type=etcd",
-                f"-etcd_endpoints={self.etcd_endpoint}",
-                f"-cluster_id={self.cluster_id}",
-                "-enable_oplog=true",
-            ]
-        if self.client_ttl is not None:
-            argv.append(f"-client_ttl={int(self.client_ttl)}")
-        return argv + self.master_args
-
-    def _spawn_etcd(self) -> None:
-        client = f"http://{self.etcd_endpoint}"
-        peer = f"http://{HOST}:{self._port('etcd_peer')}"
-        argv = [
-            str(find_etcd()),
-            "--name=mcs-local",
-            f"--data-dir={self.state_dir / ETCD_DATA}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=mcs-local={peer}",
-            "--listen-metrics-urls=",
-            "--log-level=warn",
-        ]
-        self._spawn("etcd", argv, f"--listen-client-urls={client}")
 
     def _etcd_ready(self) -> bool:
         code, body = http_get(f"http://{self.etcd_endpoint}/health", timeout=1.0)
@@ -524,8 +488,15 @@ class LocalCluster:
         confine: bool = False,
         env: dict[str, str] | None = None,
     ) -> None:
-        full_env = {**(self._confined_env() if confine else {}), **(env or {})}
-        proc = Proc(role=role, argv=argv, log=str(self.log_path(role)), marker=marker, env=full_env)
+        confined = loopback.env(self.address(role)) if confine and self.loopback_confined else {}
+        proc = Proc(
+            role=role,
+            argv=argv,
+            log=str(self.log_path(role)),
+            marker=marker,
+            env={**confined, **(env or {})},
+            prefix=self._prefix(role),
+        )
         self.procs[role] = proc
         proc.spawn(self.state_dir, self._token)
         self._write_state()
@@ -581,63 +552,7 @@ class LocalCluster:
         Never raises for an unreachable master: fields that could not be read are None and
         the reasons are listed under ``errors``.
         """
-        errors: list[str] = []
-        result: dict[str, Any] = {
-            "state_dir": str(self.state_dir),
-            "running": False,
-            "healthy": False,
-            "ha": self.ha,
-            "metadata": self.metadata,
-            "processes": {},
-            "pids": self.pids,
-            "ports": dict(self.ports or {}),
-            "leader": None,
-            "master_addr": None,
-            "metadata_server": None,
-            "metrics_url": None,
-            "cluster_id": self.cluster_id,
-            "segment_size": self.segment_size,
-            "segment_sizes": list(self.segment_sizes),
-            "loopback_confined": self.loopback_confined,
-            "started_at": self.started_at,
-            "health": None,
-            "key_count": None,
-            "active_clients": None,
-            "memory": {"total_bytes": None, "used_bytes": None, "segments": {}},
-            "logs": {role: proc.log for role, proc in self.procs.items()},
-            "errors": errors,
-        }
-        if self.ports is None:
-            errors.append("not started")
-            return result
-        result.update(master_addr=self.master_addr, metadata_server=self.metadata_server)
-        for role, proc in self.procs.items():
-            entry: dict[str, Any] = {"pid": proc.pid, "alive": self.alive(role)}
-            if role.startswith("master"):
-                index = self.master_roles.index(role)
-                entry["metrics_url"] = self.master_metrics_url(index)
-                got = None
-                if entry["alive"]:
-                    got = _status.health(lambda p, timeout=1.0, i=index: self._get(p, timeout, i))
-                entry["role"] = (got or {}).get("role", "master" if got else None)
-            result["processes"][role] = entry
-        result["running"] = all(p["alive"] for p in result["processes"].values())
-        for role, entry in result["processes"].items():
-            if not entry["alive"]:
-                errors.append(f"{role} process is not running")
-        leader = self.leader()
-        if leader is None:
-            errors.append("no master is serving")
-            return result
-        result["leader"] = self.master_roles[leader]
-        result["metrics_url"] = self.master_metrics_url(leader)
-        _status.fill(lambda p, timeout=HTTP_TIMEOUT: self._get(p, timeout, leader), result, errors)
-        result["healthy"] = bool(
-            result["running"]
-            and result["health"] is not None
-            and result["health"].get("status", "ok") == "ok"
-        )
-        return result
+        return _status.report(self)
 
     # -- context manager -------------------------------------------------------------------
 
