@@ -462,3 +462,20 @@ def test_each_metadata_server_serves_puts_and_gets(
     finally:
         local.stop()
     assert not (local.state_dir / "etcd-data").exists()
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ({"segment_size": ["32 MB", "32 MB"], "storage_nodes": 3}, "2 segment sizes given for 3"),
+        ({"storage_nodes": 0}, "storage_nodes must be at least 1"),
+        ({"masters": 2}, "2 masters need HA mode"),
+        ({"ha": True, "masters": 0}, "masters must be a positive integer"),
+        ({"metadata": "redis"}, "unknown metadata server 'redis'"),
+        ({"ha": True, "metadata": "master"}, "HA masters have no shared built-in"),
+        ({"client_ttl": 0}, "client_ttl must be a positive number"),
+    ],
+)
+def test_impossible_shapes_are_named(tmp_path: Path, shape: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LocalCluster(tmp_path, **shape)
