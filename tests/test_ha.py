@@ -15,13 +15,16 @@ This module is also the client process: ``python test_ha.py ours|theirs CONFIG S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,15 @@ CALL_DEADLINE = 5.0
 RECOVERY_DEADLINE = 15.0
 SAFE_AGE = 3.0
 VALUE = b"h" * 4096
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence UnknownConfigKeyWarning: whether Mooncake-side key lists name these keys (the
+    shim's cluster_id, the ReplicateConfig fields) is not what these tests check."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
 
 
 # -- the client process ---------------------------------------------------------------------
@@ -141,17 +153,90 @@ def workload(kind: str, cfg: dict[str, Any], seconds: float) -> None:
     os._exit(0)
 
 
-# -- the test --------------------------------------------------------------------------------
+# -- the etcd:// probe ---------------------------------------------------------------------
+
+
+def _ha_config(master: str) -> dict[str, Any]:
+    return {
+        "local_hostname": "127.0.0.1",
+        "metadata_server": "P2PHANDSHAKE",
+        "master_server_addr": master,
+        "cluster_id": "mcs-probe-test",
+        "protocol": "tcp",
+        "global_segment_size": "0",
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_etcd_endpoints_fail_fast_naming_each() -> None:
+    from mooncake_cffi import Client
+    from mooncake_cffi.errors import MooncakeError
+
+    a, b = _free_port(), _free_port()
+    start = time.monotonic()
+    with pytest.raises(MooncakeError) as info, _quiet():
+        Client(_ha_config(f"etcd://127.0.0.1:{a};127.0.0.1:{b}"))
+    assert time.monotonic() - start < 3.0
+    message = str(info.value)
+    assert info.value.name == "MCS_E_UNREACHABLE"
+    assert f"127.0.0.1:{a}: Connection refused" in message
+    assert f"127.0.0.1:{b}: Connection refused" in message
+
+
+def test_an_etcd_address_that_is_not_etcd_is_named() -> None:
+    from mooncake_cffi import Client
+    from mooncake_cffi.errors import MooncakeError
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.0 404 Not Found\r\n\r\nnothing here")
+
+        server = threading.Thread(target=answer, daemon=True)
+        server.start()
+        with pytest.raises(MooncakeError, match="not like etcd") as info, _quiet():
+            Client(_ha_config(f"etcd://127.0.0.1:{port}"), connect_timeout=1.0)
+        assert info.value.name == "MCS_E_UNREACHABLE"
+        server.join(timeout=5)
+
+
+def test_an_etcd_address_without_endpoints_is_invalid() -> None:
+    from mooncake_cffi import Client
+    from mooncake_cffi.errors import MooncakeError
+
+    with pytest.raises(MooncakeError, match="names no etcd endpoint"), _quiet():
+        Client(_ha_config("etcd://;"))
+    with pytest.raises(MooncakeError, match="has no port"), _quiet():
+        Client(_ha_config("etcd://127.0.0.1"))
+
+
+# -- failover ------------------------------------------------------------------------------
 
 
 def _start_client(kind: str, local: Any, seconds: float) -> subprocess.Popen[str]:
+    env = {**os.environ, **local.client_env(), "MCS_HA_SECONDS": str(seconds)}
+    if kind == "ours":
+        # Ours gets the cluster id from its config's cluster_id key alone.
+        env.pop("MC_STORE_CLUSTER_ID", None)
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), kind, json.dumps(local.client_config())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, **local.client_env(), "MCS_HA_SECONDS": str(seconds)},
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent.parent,  # not the source tree
     )
     return proc
 
