@@ -151,7 +151,10 @@ class Proc:
 
     def spawn(self, cwd: Path, token: str) -> None:
         """Start the process, its output going to a fresh private log file."""
-        env = {**os.environ, **self.env, TOKEN_ENV: token}
+        # An inherited LD_PRELOAD (e.g. sanitizer runtimes of a test run) is not passed on:
+        # the cluster's processes get only the preload they are given (the loopback one).
+        inherited = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        env = {**inherited, **self.env, TOKEN_ENV: token}
         fd = _statedir.create_file(Path(self.log))
         try:
             self.popen = subprocess.Popen(
