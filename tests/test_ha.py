@@ -312,3 +312,70 @@ def test_leader_killed_during_a_mixed_load(
 
 if __name__ == "__main__":
     workload(sys.argv[1], json.loads(sys.argv[2]), float(os.environ["MCS_HA_SECONDS"]))
+
+
+def _mcl2(state_dir: Path, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCL2_", "MC_STORE_"))}
+    env["MCL2_STATE_DIR"] = str(state_dir)
+    mcl2 = Path(sys.executable).parent / "mcl2"
+    return subprocess.run(
+        [str(mcl2), *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=120,
+        cwd=state_dir.parent,
+    )
+
+
+@pytest.mark.skipif(not __import__("shutil").which("etcd"), reason="etcd is not installed")
+def test_mcl2_runs_an_ha_cluster_in_one_command(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    try:
+        up = _mcl2(
+            state,
+            "cluster",
+            "up",
+            "--ha",
+            "--masters",
+            "3",
+            "--storage-nodes",
+            "3",
+            "--segment-size",
+            "32MB,48MB,64MB",
+            "--client-ttl",
+            "2",
+        )
+        assert up.returncode == 0, up.stderr.decode()
+        assert b"etcd://127.0.0.1:" in up.stdout and b"cluster_id" in up.stdout
+        status = _mcl2(state, "--json", "cluster", "status")
+        assert status.returncode == 0, status.stderr.decode()
+        info = json.loads(status.stdout)
+        assert info["healthy"] and info["ha"] and info["leader"] in ("master", "master1", "master2")
+        roles = {r: p.get("role") for r, p in info["processes"].items() if r.startswith("master")}
+        assert sorted(roles.values()) == ["leader", "standby", "standby"], roles
+        assert sorted(s["total_bytes"] for s in info["memory"]["segments"].values()) == [
+            32 * MIB,
+            48 * MIB,
+            64 * MIB,
+        ]
+        # The data commands use the local cluster's etcd:// address and cluster id.
+        assert _mcl2(state, "put", "ha-cli-key", stdin=b"through etcd").returncode == 0
+        got = _mcl2(state, "get", "ha-cli-key")
+        assert got.returncode == 0 and got.stdout == b"through etcd", got.stderr.decode()
+        # A crashed node and a crashed standby: down stops the rest and says so.
+        pids = info["pids"]
+        standby = next(r for r, role in roles.items() if role == "standby")
+        for role in ("storage1", standby):
+            os.kill(pids[role], 9)
+        time.sleep(0.3)
+    finally:
+        down = _mcl2(state, "--json", "cluster", "down")
+    assert down.returncode == 0, down.stderr.decode()
+    report = json.loads(down.stdout)
+    assert sorted(report["gone_roles"]) == sorted(["storage1", standby])
+    assert len(report["stopped_roles"]) == 6  # etcd, metadata, two masters, two nodes
+    for pid in pids.values():
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
