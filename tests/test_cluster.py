@@ -111,6 +111,9 @@ def test_load_rejects_a_corrupt_state_file(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text('{"segment_size": "1 GB"}')
     with pytest.raises(ClusterError, match="not a valid cluster state file"):
         LocalCluster.load(tmp_path)
+    (tmp_path / "state.json").write_text('{"version": 1, "pids": {"master": 1}}')
+    with pytest.raises(ClusterError, match="older mooncake-cffi"):
+        LocalCluster.load(tmp_path)
 
 
 def _forged_state(pids: dict[str, int], ticks: dict[str, int | None], token: str) -> dict:

@@ -246,7 +246,9 @@ class LocalCluster:
         if proc.popen is not None:
             proc.popen.wait(timeout=10)
 
-    def _get(self, path: str, timeout: float = HTTP_TIMEOUT, index: int | None = None):
+    def _get(
+        self, path: str, timeout: float = HTTP_TIMEOUT, index: int | None = None
+    ) -> tuple[int, str]:
         base = self.metrics_url if index is None else self.master_metrics_url(index)
         return http_get(base + path, timeout=timeout)
 
@@ -316,6 +318,11 @@ class LocalCluster:
             state = json.loads(raw)
         except ValueError as exc:
             raise ClusterError(f"cannot read {path}: {exc}") from exc
+        if isinstance(state, dict) and state.get("version") == 1:
+            raise ClusterError(
+                f"{path} was written by an older mooncake-cffi, whose processes cannot be "
+                f"verified (pids {state.get('pids')}): stop them yourself, then remove {path}"
+            )
         try:
             shape = state["shape"]
             cluster = cls(
