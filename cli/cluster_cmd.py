@@ -1,4 +1,8 @@
-"""mcl2's ``cluster`` group: ``up``, ``down`` and ``status`` of a local cluster on 127.0.0.1."""
+"""mcl2's ``cluster`` group: ``up``, ``down`` and ``status`` of a local cluster on 127.0.0.1.
+
+``up`` takes the cluster's shape: storage nodes (each with its own segment size), HA masters on
+a private etcd, and the metadata server.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,9 @@ from .keys import (
     human_bytes,
 )
 
+#: ``--metadata`` choices (mooncake_cffi.cluster.METADATA_MODES, without importing it here).
+METADATA_CHOICES = ("http", "master", "etcd", "p2p")
+
 # -- cluster -----------------------------------------------------------------------------
 
 
@@ -25,10 +32,11 @@ from .keys import (
 def cluster() -> None:
     """Run a throw-away Mooncake cluster on 127.0.0.1.
 
-    `up` starts mooncake_master (with its HTTP metadata server) and one
-    storage node from the installed Mooncake wheel, and records their ports,
-    PIDs and logs in the state directory; `status` reports health, keys and
-    memory; `down` stops exactly what `up` started.
+    `up` starts a metadata server, mooncake_master (or several HA masters on
+    a private etcd) and storage nodes from the installed Mooncake wheel, and
+    records their ports, PIDs and logs in a private state directory;
+    `status` reports every process, the leader, health, keys, memory and
+    segments; `down` stops exactly what `up` started.
     """
 
 
@@ -47,19 +55,60 @@ def cluster_command(json_help: str | None = None) -> Callable[[Callable[..., Any
     "--segment-size",
     default="1 GB",
     show_default=True,
-    metavar="SIZE",
-    help="Memory the storage node contributes: '1 GB', '512MB', bytes (K/M/G/T = 1024^n).",
+    metavar="SIZE[,SIZE...]",
+    help="Memory each storage node contributes: '1 GB', '512MB', bytes (K/M/G/T = 1024^n); "
+    "a comma-separated list gives one size per node.",
+)
+@click.option(
+    "--storage-nodes",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Number of storage nodes (default: 1, or one per size in --segment-size).",
+)
+@click.option("--ha", is_flag=True, help="HA masters elected through a private etcd, oplog on.")
+@click.option(
+    "--masters",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="M",
+    help="Number of masters; more than one needs --ha (default: 3 with --ha, else 1).",
+)
+@click.option(
+    "--metadata",
+    type=click.Choice(METADATA_CHOICES),
+    default="http",
+    show_default=True,
+    help="Metadata server: the wheel's HTTP server, the master's built-in one, etcd, or "
+    "p2p (peer-to-peer handshake, no server).",
+)
+@click.option(
+    "--client-ttl",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="How long the masters keep the segments of a silent client or node (Mooncake's "
+    "default: 10).",
 )
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1),
-    default=30.0,
+    default=60.0,
     show_default=True,
     metavar="SECONDS",
     help="Give up if the cluster does not answer within this long.",
 )
 @pass_settings
-def up(settings: Settings, segment_size: str, timeout: float) -> None:
+def up(
+    settings: Settings,
+    segment_size: str,
+    storage_nodes: int | None,
+    ha: bool,
+    masters: int | None,
+    metadata: str,
+    client_ttl: int | None,
+    timeout: float,
+) -> None:
     """Start a local cluster (or say that one is running) and wait until it answers."""
     from mooncake_cffi.cluster import LocalCluster
 
@@ -72,15 +121,25 @@ def up(settings: Settings, segment_size: str, timeout: float) -> None:
             click.echo(f"a local cluster is already running in {state_dir}")
             _print_addresses(previous)
         return
-    if previous is not None and (previous._alive("master") or previous._alive("storage")):
+    if previous is not None and previous.any_alive():
         raise CliError(
             f"part of a local cluster is still running in {state_dir} (pids {previous.pids}); "
             "run `mcl2 cluster down` first"
         )
+    sizes = [part.strip() for part in segment_size.split(",")]
     try:
-        local = LocalCluster(state_dir, segment_size=segment_size)
+        local = LocalCluster(
+            state_dir,
+            sizes,
+            storage_nodes=storage_nodes,
+            ha=ha,
+            masters=masters,
+            metadata=metadata,
+            client_ttl=client_ttl,
+        )
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--segment-size'") from None
+        hint = "'--segment-size'" if "size" in str(exc) else None
+        raise click.BadParameter(str(exc), param_hint=hint) from None
     settings.debug(f"starting a local cluster in {state_dir}")
     local.start(timeout=timeout)
     if settings.json:
@@ -91,13 +150,17 @@ def up(settings: Settings, segment_size: str, timeout: float) -> None:
 
 
 def _print_addresses(local: Any) -> None:
-    rows = [
-        ("master", f"{local.master_addr} (pid {local.pids.get('master')})"),
-        ("metadata", local.metadata_server),
+    masters = ", ".join(f"{role} pid {local.pids.get(role)}" for role in local.master_roles)
+    rows = [("master", f"{local.master_addr} ({masters})")]
+    if local.ha:
+        rows.append(("cluster", f"cluster_id {local.cluster_id} (HA, etcd {local.etcd_endpoint})"))
+    rows += [
+        ("metadata", f"{local.metadata_server} ({local.metadata})"),
         ("admin", local.metrics_url),
-        ("storage", f"pid {local.pids.get('storage')}, segment {local.segment_size}"),
-        ("logs", f"{local.master_log}, {local.storage_log}"),
     ]
+    for role, size in zip(local.storage_roles, local.segment_sizes, strict=True):
+        rows.append((role, f"pid {local.pids.get(role)}, segment {size}"))
+    rows.append(("logs", str(local.state_dir)))
     for name, value in rows:
         click.echo(f"  {name:<9} {value}")
 
@@ -115,18 +178,24 @@ def down(settings: Settings) -> None:
             settings.info(f"no local cluster in {state_dir}")
         return
     pids = dict(local.pids)
-    was_running = {role: local._alive(role) for role in ("master", "storage")}
-    local.stop()
+    stopped = local.stop()
     if settings.json:
         settings.emit_json(
-            {"stopped": any(was_running.values()), "state_dir": str(state_dir), "pids": pids}
+            {
+                "stopped": bool(stopped),
+                "state_dir": str(state_dir),
+                "pids": pids,
+                "stopped_roles": stopped,
+                "gone_roles": [role for role in pids if role not in stopped],
+            }
         )
     elif not settings.quiet:
-        stopped = [
-            f"{role} (pid {pids[role]})" for role in ("storage", "master") if was_running[role]
-        ]
         if stopped:
-            click.echo(f"stopped {' and '.join(stopped)}; logs kept in {state_dir}")
+            names = ", ".join(f"{role} (pid {pids[role]})" for role in stopped)
+            click.echo(f"stopped {names}; logs kept in {state_dir}")
+            gone = [role for role in pids if role not in stopped]
+            if gone:
+                click.echo(f"already gone (not signalled): {', '.join(gone)}")
         else:
             click.echo(f"the local cluster in {state_dir} was not running; state cleared")
 
@@ -134,7 +203,7 @@ def down(settings: Settings) -> None:
 @cluster_command(json_help="Print the status as JSON.")
 @pass_settings
 def status(settings: Settings) -> None:
-    """Show health, key count and memory use of the local cluster.
+    """Show every process, the leader, health, keys, memory and segments.
 
     Exits with status 0 when it is running and healthy, 1 otherwise.
     """
@@ -171,15 +240,27 @@ def _print_status(info: dict[str, Any]) -> None:
     if total:
         mem += f" ({100.0 * (used or 0) / total:.1f}%)"
     rows = [
-        ("master", f"{info.get('master_addr')} ({proc('master')})"),
-        ("storage", f"{proc('storage')}, segment {info.get('segment_size')}"),
-        ("metadata", info.get("metadata_server")),
+        ("master", f"{info.get('master_addr')} (leader: {info.get('leader') or 'none'})"),
+        ("metadata", f"{info.get('metadata_server')} ({info.get('metadata')})"),
         ("admin", info.get("metrics_url")),
         ("keys", _or_unknown(info.get("key_count"))),
         ("memory", mem),
         ("clients", _or_unknown(info.get("active_clients"))),
-        ("logs", f"{info['logs']['master']}, {info['logs']['storage']}"),
     ]
+    if info.get("cluster_id"):
+        rows.insert(1, ("cluster", f"cluster_id {info['cluster_id']}"))
+    for role, p in procs.items():
+        extra = f", {p['role']}" if p.get("role") else ""
+        rows.append((role, f"{proc(role)}{extra}"))
+    for name, seg in (memory.get("segments") or {}).items():
+        rows.append(
+            (
+                "segment",
+                f"{name}: {human_bytes(seg.get('used_bytes'))} used of "
+                f"{human_bytes(seg.get('total_bytes'))}",
+            )
+        )
+    rows.append(("logs", info["state_dir"]))
     for name, value in rows:
         click.echo(f"  {name:<9} {value}")
     for error in info.get("errors") or []:

@@ -246,6 +246,64 @@ class StoreConfig:
                 "Mooncake picks the client's port itself"
             )
 
+    def replicate_fields(self) -> dict[str, Any]:
+        """The ``ReplicateConfig`` fields this config sets, checked, ready for ``setattr``.
+
+        Keys read from the JSON (all optional; values may be JSON numbers/booleans or their
+        strings): ``replica_num`` (a positive integer: how many copies each write makes, on
+        distinct storage nodes), ``with_soft_pin`` (boolean: keep the object in memory
+        preferentially; becomes ``soft_pin_action`` ``"ENABLE"``/``"DISABLE"``) or
+        ``soft_pin_action`` itself (``PRESERVE``/``ENABLE``/``DISABLE``), ``soft_pin_ttl_ms``
+        (a positive integer), ``with_hard_pin`` (boolean) and ``preferred_segment`` (the
+        segment name, ``host:port``, to place the first replica on).  ``soft_pin_action`` is
+        returned by name: set it as ``mooncake.store.SoftPinAction[name]``.  An empty dict
+        means Mooncake's defaults.  Raises ValueError naming the key for a bad value.
+        """
+        cfg = self.setup_config
+        out: dict[str, Any] = {}
+
+        def positive_int(key: str) -> int:
+            text = cfg[key].strip()
+            if not text.isdigit() or int(text) < 1:
+                raise ValueError(f"{key} must be a positive integer, got {cfg[key]!r}")
+            return int(text)
+
+        def boolean(key: str) -> bool:
+            text = cfg[key].strip().lower()
+            if text in ("true", "1", "yes"):
+                return True
+            if text in ("false", "0", "no"):
+                return False
+            raise ValueError(f"{key} must be true or false, got {cfg[key]!r}")
+
+        if "replica_num" in cfg:
+            out["replica_num"] = positive_int("replica_num")
+        if "with_soft_pin" in cfg and "soft_pin_action" in cfg:
+            raise ValueError("give with_soft_pin or soft_pin_action, not both")
+        if "with_soft_pin" in cfg:
+            out["soft_pin_action"] = "ENABLE" if boolean("with_soft_pin") else "DISABLE"
+        if "soft_pin_action" in cfg:
+            action = cfg["soft_pin_action"].strip().upper()
+            if action not in ("PRESERVE", "ENABLE", "DISABLE"):
+                raise ValueError(
+                    "soft_pin_action must be PRESERVE, ENABLE or DISABLE, "
+                    f"got {cfg['soft_pin_action']!r}"
+                )
+            out["soft_pin_action"] = action
+        if "soft_pin_ttl_ms" in cfg:
+            out["soft_pin_ttl_ms"] = positive_int("soft_pin_ttl_ms")
+        if "with_hard_pin" in cfg:
+            out["with_hard_pin"] = boolean("with_hard_pin")
+        if "preferred_segment" in cfg:
+            segment = cfg["preferred_segment"].strip()
+            if not segment or _strip_port(segment) is None:
+                raise ValueError(
+                    "preferred_segment must name a segment as host:port (see `mcl2 cluster "
+                    f"status` or /get_all_segments), got {cfg['preferred_segment']!r}"
+                )
+            out["preferred_segment"] = segment
+        return out
+
 
 def _strip_port(hostname: str) -> str | None:
     """Return the host part if ``hostname`` is ``host:port`` or ``[v6]:port``, else None."""

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what mooncake-cffi needs on a fresh Debian/Ubuntu machine, idempotently:
-# the system libraries Mooncake's wheel links against, a virtualenv in .venv,
-# and this package with the right Mooncake wheel (CPU or CUDA) and test tools.
+# the system libraries Mooncake's wheel links against, the tools the local
+# cluster and its tests use (etcd for HA masters, iproute2 and nftables for the
+# network-namespace topologies), a virtualenv in .venv, and this package with
+# the right Mooncake wheel (CPU or CUDA) and test tools.
 #
 #   MOONCAKE_CFFI_WHEEL=cpu|cuda  force the Mooncake wheel (default: cuda only
 #                                 when libcuda.so.1 is present)
@@ -20,6 +22,14 @@ missing_libs=()
 for pair in libibverbs.so.1:libibverbs1 libnuma.so.1:libnuma1 libcurl.so.4:libcurl4; do
     lib=${pair%%:*} pkg=${pair##*:}
     ldconfig -p 2>/dev/null | grep -q "$lib" || missing_libs+=("$pkg")
+done
+# etcd-server: HA masters and etcd metadata; iproute2 (ip, tc, ss) and nftables:
+# test topologies and the loopback-only check.
+for pair in etcd:etcd-server ip:iproute2 tc:iproute2 ss:iproute2 nft:nftables; do
+    tool=${pair%%:*} pkg=${pair##*:}
+    if ! command -v "$tool" >/dev/null && ! [ -x "/usr/sbin/$tool" ] && ! [ -x "/usr/bin/$tool" ]; then
+        case " ${missing_libs[*]} " in *" $pkg "*) ;; *) missing_libs+=("$pkg") ;; esac
+    fi
 done
 python=${PYTHON:-python3}
 need_venv_pkg=0

@@ -52,8 +52,9 @@ def make_cluster(
     made: list[LocalCluster] = []
     request.node.stash[_TEST_CLUSTERS] = made
 
-    def factory(segment_size: str = "1 GB") -> LocalCluster:
-        local = LocalCluster(tmp_path / f"cluster{len(made)}", segment_size=segment_size)
+    def factory(segment_size: str | list[str] = "1 GB", **shape: Any) -> LocalCluster:
+        """``shape``: LocalCluster's keywords (storage_nodes, ha, masters, metadata...)."""
+        local = LocalCluster(tmp_path / f"cluster{len(made)}", segment_size=segment_size, **shape)
         made.append(local)
         return local
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import stat
 import subprocess
 import sys
 import uuid
@@ -49,10 +51,11 @@ def pid_gone(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("name", ["mooncake_master", "mooncake_client"])
-def test_find_binary(name: str) -> None:
+def test_find_binary_returns_the_elf_not_the_python_wrapper(name: str) -> None:
     path = find_binary(name)
     assert path.name == name
     assert os.access(path, os.X_OK)
+    assert path.read_bytes()[:4] == b"\x7fELF"
 
 
 def test_find_binary_missing() -> None:
@@ -108,36 +111,126 @@ def test_load_rejects_a_corrupt_state_file(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text('{"segment_size": "1 GB"}')
     with pytest.raises(ClusterError, match="not a valid cluster state file"):
         LocalCluster.load(tmp_path)
+    (tmp_path / "state.json").write_text('{"version": 1, "pids": {"master": 1}}')
+    with pytest.raises(ClusterError, match="older mooncake-cffi"):
+        LocalCluster.load(tmp_path)
 
 
-def test_stop_never_signals_a_foreign_pid(tmp_path: Path) -> None:
-    """A state.json whose PIDs now belong to other processes must not get them killed."""
+def _forged_state(pids: dict[str, int], ticks: dict[str, int | None], token: str) -> dict:
+    """A state.json naming the given PIDs as a one-master, one-node cluster."""
+    ports = {"master_rpc": 40001, "metadata_http": 40002, "metrics_http": 40003}
+    ports["storage_rpc"] = 40004
+    return {
+        "version": 2,
+        "token": token,
+        "shape": {"segment_sizes": ["1 GB"], "ha": False, "masters": 1, "metadata": "http"},
+        "processes": [
+            {
+                "role": role,
+                "argv": [sys.executable, "-c", "import time; time.sleep(60)"],
+                "log": "/dev/null",
+                "marker": "-c",
+                "pid": pid,
+                "start_ticks": ticks.get(role),
+            }
+            for role, pid in pids.items()
+        ],
+        "ports": ports,
+    }
+
+
+def _write_private(path: Path, data: dict) -> None:
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+
+
+def _start_ticks(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rfind(")") + 2 :].split()[19])
+
+
+@pytest.mark.parametrize("case", ["null_ticks", "wrong_token", "no_token"])
+def test_stop_never_signals_a_process_it_cannot_prove_it_started(tmp_path: Path, case: str) -> None:
+    """Missing or unmatched evidence (start time, secret token) never lets stop() kill."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        state = {
-            "version": 1,
-            "pids": {"master": sleeper.pid, "storage": os.getpid()},
-            "start_ticks": {"master": None, "storage": None},
-            "ports": {
-                "master_rpc": 40001,
-                "metadata_http": 40002,
-                "metrics_http": 40003,
-                "storage_rpc": 40004,
-            },
-            "segment_size": "1 GB",
-            "started_at": 0.0,
-        }
-        (tmp_path / "state.json").write_text(json.dumps(state))
-        loaded = LocalCluster.load(tmp_path)
+        ticks = {} if case == "null_ticks" else {"master": _start_ticks(sleeper.pid)}
+        token = "" if case == "no_token" else "0" * 32
+        state = _forged_state({"master": sleeper.pid, "storage": os.getpid()}, ticks, token)
+        _write_private(tmp_path / "state" / "state.json", state)
+        loaded = LocalCluster.load(tmp_path / "state")
         assert loaded is not None
         assert not loaded.is_running()
         assert loaded.status()["running"] is False
-        loaded.stop(timeout=1)
+        assert loaded.stop(timeout=1) == []
         assert sleeper.poll() is None, "a process we did not start was signalled"
-        assert not (tmp_path / "state.json").exists()
+        assert not (tmp_path / "state" / "state.json").exists()
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_state_dir_is_private_and_unsafe_ones_are_refused(tmp_path: Path) -> None:
+    from mooncake_cffi.cluster import _statedir
+
+    fresh = tmp_path / "fresh"
+    _statedir.ensure_dir(fresh)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    with pytest.raises(ClusterError, match="writable by group or others"):
+        LocalCluster(open_to_all).start()
+
+    link = tmp_path / "link"
+    link.symlink_to(fresh)
+    with pytest.raises(ClusterError, match="symlink"):
+        LocalCluster(link).start()
+
+    if os.getuid() == 0:
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o700)
+        os.chown(foreign, 65534, 65534)
+        with pytest.raises(ClusterError, match="not to you"):
+            LocalCluster(foreign).start()
+        # A state.json that is not ours is refused, whatever it says.
+        _write_private(fresh / "state.json", {"version": 2})
+        os.chown(fresh / "state.json", 65534, 65534)
+        with pytest.raises(ClusterError, match="not to you"):
+            LocalCluster.load(fresh)
+        os.unlink(fresh / "state.json")
+
+    (fresh / "state.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(ClusterError, match="cannot read"):
+        LocalCluster.load(fresh)
+    group_writable = tmp_path / "gw.json"
+    _write_private(group_writable, {})
+    os.unlink(fresh / "state.json")
+    _write_private(fresh / "state.json", {"version": 2})
+    (fresh / "state.json").chmod(0o620)
+    with pytest.raises(ClusterError, match="writable by group or others"):
+        LocalCluster.load(fresh)
+
+
+def test_planted_symlinks_are_never_followed(make_cluster: Callable[..., LocalCluster]) -> None:
+    """A master.log symlink is replaced, not written through; state.json stays a real file."""
+    local = make_cluster(segment_size="32 MB")
+    local.state_dir.mkdir(mode=0o700, parents=True)
+    victim = local.state_dir.parent / "victim.txt"
+    victim.write_text("precious")
+    (local.state_dir / "master.log").symlink_to(victim)
+    (local.state_dir / "state.json.tmp").symlink_to(victim)
+    with local:
+        assert victim.read_text() == "precious"
+        log = local.state_dir / "master.log"
+        assert not log.is_symlink() and stat.S_IMODE(log.stat().st_mode) == 0o600
+        state = local.state_dir / "state.json"
+        assert not state.is_symlink() and stat.S_IMODE(state.stat().st_mode) == 0o600
+        assert json.loads(state.read_text())["token"]
+    assert victim.read_text() == "precious"
 
 
 # -- real clusters -------------------------------------------------------------------------
@@ -226,7 +319,7 @@ def test_start_failure_cleans_up(make_cluster: Callable[..., LocalCluster]) -> N
         local.start(timeout=0.2)
     message = str(info.value)
     assert "timed out" in message
-    assert str(local.master_log) in message
+    assert local.log_paths() and all(str(log) in message for log in local.log_paths().values())
     started = [pid for pid in local.pids.values() if pid is not None]
     assert started, "the master should have been spawned"
     assert all(pid_gone(pid) for pid in started)
@@ -237,22 +330,22 @@ def test_start_retries_when_a_port_was_taken(
     make_cluster: Callable[..., LocalCluster], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The master exits silently when its RPC port is taken; start() retries with new ports."""
-    import mooncake_cffi.cluster as cluster_module
+    import mooncake_cffi.cluster.local as cluster_module
 
-    real_free_ports = cluster_module._free_ports
+    real_free_ports = cluster_module.free_ports
     calls: list[list[int]] = []
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
 
-        def free_ports(count: int, wildcard: frozenset[int] = frozenset()) -> list[int]:
-            ports = real_free_ports(count, wildcard)
+        def free_ports(count: int) -> list[int]:
+            ports = real_free_ports(count)
             if not calls:
                 ports[0] = squatter.getsockname()[1]  # the master's RPC port
             calls.append(ports)
             return ports
 
-        monkeypatch.setattr(cluster_module, "_free_ports", free_ports)
+        monkeypatch.setattr(cluster_module, "free_ports", free_ports)
         local = make_cluster(segment_size="32 MB")
         local.start()
         try:
@@ -271,3 +364,121 @@ def test_session_cluster(cluster: LocalCluster, cluster_config: dict[str, Any]) 
     status = cluster.status()
     assert status["healthy"], status
     assert status["key_count"] >= 1
+
+
+# -- shapes: several nodes, metadata servers, loopback only ----------------------------------
+
+
+def wildcard_listeners(pids: set[int]) -> list[str]:
+    """``ss -ltnp`` lines of listening sockets of ``pids`` that are not on 127.0.0.1."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=10).stdout
+    bad = []
+    for line in out.splitlines():
+        fields = line.split()
+        if not any(f"pid={pid}," in line for pid in pids):
+            continue
+        local = fields[3]
+        if not (local.startswith("127.0.0.1:") or local.startswith("[::ffff:127.0.0.1]:")):
+            bad.append(line)
+    return bad
+
+
+CLIENT_SCRIPT = """
+import json, sys, time
+from mooncake.store import MooncakeDistributedStore
+store = MooncakeDistributedStore()
+assert store.setup(**json.loads(sys.argv[1])) == 0
+assert store.put("loopback-key", b"v" * 4096) == 0
+assert store.get("loopback-key") == b"v" * 4096
+print("ready", flush=True)
+sys.stdin.readline()
+store.close()
+"""
+
+
+def test_storage_nodes_each_mount_their_own_segment_on_loopback_only(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    local = make_cluster(segment_size=["32 MB", "48 MB"])
+    local.start()
+    status = local.status()
+    assert status["healthy"], status
+    assert sorted(s["total_bytes"] for s in status["memory"]["segments"].values()) == [
+        32 * MIB,
+        48 * MIB,
+    ]
+    assert set(status["processes"]) == {"metadata", "master", "storage", "storage1"}
+    assert status["leader"] == "master"
+    assert status["loopback_confined"] is True
+
+    # A client process started with client_env() is confined too.
+    config = local.client_config(local_buffer_size=str(16 * MIB))
+    setup = {
+        "local_hostname": config["local_hostname"],
+        "metadata_server": config["metadata_server"],
+        "global_segment_size": 0,
+        "local_buffer_size": 16 * MIB,
+        "protocol": "tcp",
+        "rdma_devices": "",
+        "master_server_addr": config["master_server_addr"],
+    }
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT_SCRIPT, json.dumps(setup)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **local.client_env()},
+    )
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+        pids = {pid for pid in local.pids.values() if pid} | {client.pid}
+        assert wildcard_listeners(pids) == []
+    finally:
+        client.communicate("\n", timeout=30)
+    assert client.returncode == 0
+
+    # One node crashes: stop() stops the rest and reports what it stopped.
+    crashed = local.pids["storage1"]
+    local.kill("storage1")
+    assert not local.is_running() and local.any_alive()
+    assert sorted(local.stop()) == ["master", "metadata", "storage"]
+    assert pid_gone(crashed) and all(pid_gone(p) for p in local.pids.values() if p)
+
+
+@pytest.mark.parametrize("metadata", ["etcd", "p2p", "master"])
+def test_each_metadata_server_serves_puts_and_gets(
+    make_cluster: Callable[..., LocalCluster], metadata: str
+) -> None:
+    if metadata == "etcd" and not shutil.which("etcd"):
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    local = LocalCluster(
+        make_cluster().state_dir.parent / f"md-{metadata}", "32 MB", metadata=metadata
+    )
+    try:
+        local.start()
+        assert local.metadata_server.startswith(
+            {"etcd": "etcd://", "p2p": "P2PHANDSHAKE", "master": "http://"}[metadata]
+        )
+        value = os.urandom(10_000)
+        assert put_and_get(local.client_config(), f"md-{metadata}", value) == value
+        assert wildcard_listeners({pid for pid in local.pids.values() if pid}) == []
+    finally:
+        local.stop()
+    assert not (local.state_dir / "etcd-data").exists()
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ({"segment_size": ["32 MB", "32 MB"], "storage_nodes": 3}, "2 segment sizes given for 3"),
+        ({"storage_nodes": 0}, "storage_nodes must be at least 1"),
+        ({"masters": 2}, "2 masters need HA mode"),
+        ({"ha": True, "masters": 0}, "masters must be a positive integer"),
+        ({"metadata": "redis"}, "unknown metadata server 'redis'"),
+        ({"ha": True, "metadata": "master"}, "HA masters have no shared built-in"),
+        ({"client_ttl": 0}, "client_ttl must be a positive number"),
+    ],
+)
+def test_impossible_shapes_are_named(tmp_path: Path, shape: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LocalCluster(tmp_path, **shape)

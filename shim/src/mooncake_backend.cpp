@@ -2,20 +2,14 @@
 // store.so without headers, through dlsym'd member functions called with
 // `this` as their first argument (x86-64 Itanium ABI; a by-value class return
 // travels through the hidden pointer before `this`, as for a free function).
-#include <arpa/inet.h>
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <typeinfo>
 
 #include "internal.hpp"
+#include "probe.hpp"
 
 namespace mooncake {
 class RealClient;
@@ -124,75 +118,6 @@ std::mutex g_load_mu;
 std::atomic<bool> g_loaded{false};
 Symbols g_sym{};
 int g_log_level = 3;
-
-// Waits up to timeout_ms for a TCP connection to host:port.
-bool tcp_probe(const std::string &host, const std::string &port, int timeout_ms,
-               std::string &why) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo *res = nullptr;
-    int gai = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
-    if (gai != 0) {
-        why = std::string("cannot resolve: ") + gai_strerror(gai);
-        return false;
-    }
-    bool ok = false;
-    why = "no address";
-    for (addrinfo *ai = res; ai && !ok; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                        ai->ai_protocol);
-        if (fd < 0) continue;
-        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-        if (rc == 0) {
-            ok = true;
-        } else if (errno == EINPROGRESS) {
-            pollfd p{fd, POLLOUT, 0};
-            int pr = poll(&p, 1, timeout_ms);
-            if (pr == 1) {
-                int err = 0;
-                socklen_t len = sizeof err;
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-                if (err == 0)
-                    ok = true;
-                else
-                    why = strerror(err);
-            } else {
-                why = "no answer within " + std::to_string(timeout_ms) + " ms";
-            }
-        } else {
-            why = strerror(errno);
-        }
-        ::close(fd);
-    }
-    freeaddrinfo(res);
-    return ok;
-}
-
-// Splits "host:port" (or "[v6]:port"); false if there is no port.
-bool split_host_port(const std::string &addr, std::string &host, std::string &port) {
-    if (!addr.empty() && addr[0] == '[') {
-        auto close = addr.find(']');
-        if (close == std::string::npos || close + 1 >= addr.size() || addr[close + 1] != ':')
-            return false;
-        host = addr.substr(1, close - 1);
-        port = addr.substr(close + 2);
-        return !port.empty();
-    }
-    auto colon = addr.rfind(':');
-    if (colon == std::string::npos) return false;
-    host = addr.substr(0, colon);
-    port = addr.substr(colon + 1);
-    return !host.empty() && !port.empty();
-}
-
-void probe(const std::string &what, const std::string &addr, int timeout_ms) {
-    std::string host, port, why;
-    if (!split_host_port(addr, host, port)) return;  // let Mooncake judge it
-    if (!tcp_probe(host, port, timeout_ms, why))
-        throw Error(MCS_E_UNREACHABLE,
-                    what + " " + addr + " is unreachable (" + why + ")");
-}
 
 class MooncakeBackend final : public Backend {
 public:
@@ -334,18 +259,7 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
     // Setup re-reads glog's threshold from MC_LOG_LEVEL in places; re-assert.
     *g_sym.minloglevel = g_log_level;
 
-    if (probe_timeout_ms >= 0) {
-        int t = probe_timeout_ms ? probe_timeout_ms : 2000;
-        auto it = cfg.find("master_server_addr");
-        probe("master_server_addr", it != cfg.end() ? it->second : "127.0.0.1:50051", t);
-        it = cfg.find("metadata_server");
-        if (it != cfg.end() && it->second.rfind("http://", 0) == 0) {
-            std::string rest = it->second.substr(7);
-            std::string hostport = rest.substr(0, rest.find('/'));
-            if (hostport.find(':') == std::string::npos) hostport += ":80";
-            probe("metadata_server", hostport, t);
-        }
-    }
+    prepare_connection(cfg, probe_timeout_ms);
     std::shared_ptr<RealClient> client = g_sym.create();
     if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
     ExpectedVoid r = g_sym.setup(client.get(), cfg);
