@@ -20,7 +20,7 @@ from .config import StoreConfig
 from .errors import ClosedError, check
 from .status import MCS_E_CLOSED
 
-__all__ = ["ClientHandle"]
+__all__ = ["ClientHandle", "default_replicate_config"]
 
 _live: weakref.WeakSet[ClientHandle] = weakref.WeakSet()
 
@@ -32,6 +32,18 @@ def _close_all() -> None:  # pragma: no cover - runs at interpreter exit
             client.close()
         except Exception:
             pass
+
+
+def default_replicate_config(fields: Mapping[str, Any]) -> Any:
+    """A ``mooncake.store.ReplicateConfig`` with the fields the user's config sets."""
+    import mooncake.store as store
+
+    rc = store.ReplicateConfig()
+    for name, value in fields.items():
+        if name == "soft_pin_action":
+            value = store.SoftPinAction[value]
+        setattr(rc, name, value)
+    return rc
 
 
 def _non_negative_int(name: str, value: Any) -> int:
@@ -147,10 +159,10 @@ class ClientHandle:
         self._handle = out[0]
         _live.add(self)
         try:
-            from mooncake.store import ReplicateConfig
-
             self._default_rc = (
-                replicate_config if replicate_config is not None else (ReplicateConfig())
+                replicate_config
+                if replicate_config is not None
+                else default_replicate_config(cfg.replicate_fields())
             )
             check(
                 lib.mcs_client_set_default_replicate_config(

@@ -23,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "ADAPTER_TYPE",
+    "CLIENT_KEYS",
     "KEY_ALIASES",
     "LANES",
     "LMCACHE_ONLY_KEYS",
@@ -57,6 +58,21 @@ MOONCAKE_KEYS: frozenset[str] = frozenset(
         "client_http_port",
         "enable_ssd_offload",
         "ssd_offload_path",
+    }
+)
+
+#: Keys this package reads itself (they are forwarded too): ``cluster_id`` becomes
+#: ``MC_STORE_CLUSTER_ID`` for an HA master, the others the default ReplicateConfig of writes
+#: (:meth:`StoreConfig.replicate_fields`).
+CLIENT_KEYS: frozenset[str] = frozenset(
+    {
+        "cluster_id",
+        "replica_num",
+        "with_soft_pin",
+        "soft_pin_action",
+        "soft_pin_ttl_ms",
+        "with_hard_pin",
+        "preferred_segment",
     }
 )
 
@@ -113,7 +129,7 @@ def suggest_key(key: str) -> str | None:
     """Return the known key that ``key`` was probably meant to be, or None."""
     if key in KEY_ALIASES:
         return KEY_ALIASES[key]
-    candidates = sorted(MOONCAKE_KEYS | LMCACHE_ONLY_KEYS)
+    candidates = sorted(MOONCAKE_KEYS | LMCACHE_ONLY_KEYS | CLIENT_KEYS)
     lowered = key.lower()
     if lowered in candidates:
         return lowered
@@ -202,7 +218,7 @@ class StoreConfig:
             if key in LMCACHE_ONLY_KEYS or value is None:
                 continue
             setup[key] = str(value)
-            if key not in MOONCAKE_KEYS:
+            if key not in MOONCAKE_KEYS and key not in CLIENT_KEYS:
                 warnings.warn(
                     unknown_key_message(key), UnknownConfigKeyWarning, stacklevel=stacklevel
                 )

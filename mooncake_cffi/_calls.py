@@ -1,0 +1,191 @@
+"""How a blocking call runs: deadlines, packed batches, plans, the single-key fast path.
+
+:class:`BlockingCalls` sits between :class:`~mooncake_cffi._lifecycle.ClientHandle` (create,
+close) and :class:`mooncake_cffi.Client` (the public operations): it turns one operation into
+one shim call (``mcs_run``), drives multi-step plans, keeps what a timed-out call left with
+the shim alive until its batch completes, and raises the error for what did not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from . import _binding
+from ._binding import ffi, lib
+from ._lifecycle import ClientHandle
+from ._marshal import KeyBatch, Packed, encode_key, refused
+from ._plans import gather_values, raise_key_errors, segment_note
+from ._stats import OPS
+from .errors import InvalidArgumentError, MooncakeTimeoutError, error_for
+from .status import MCS_E_INVALID_ARG, MCS_E_TIMEOUT
+
+__all__ = ["BlockingCalls", "DEFAULT"]
+
+#: ``timeout=`` not given: the client's ``op_timeout`` applies.
+DEFAULT = object()
+_GET_BUFFER = OPS.index("get_buffer")
+_GET = OPS.index("get")
+_SCRATCH_BYTES = 256 * 1024
+
+
+class BlockingCalls(ClientHandle):
+    """The machinery of a client's blocking calls (see :class:`mooncake_cffi.Client`)."""
+
+    def _deadline_ms(self, timeout: Any) -> int:
+        t = self.op_timeout if timeout is DEFAULT else timeout
+        if t is None:
+            return 0
+        if t <= 0:
+            raise ValueError(f"timeout must be positive seconds or None, not {t!r}")
+        return max(1, int(t * 1000))
+
+    def _run_packed(self, packed: Packed, timeout: Any = DEFAULT, what: str = "") -> int:
+        """Run a packed batch; its id (for GET_BUFFER's release).  Raises if it did not run."""
+        if self._orphans:
+            self._reap()
+        ms = self._deadline_ms(timeout)
+        packed.batch.timeout_ms = ms
+        idp = self._idp()
+        rc = lib.mcs_run(self._h(), idp, packed.batch)
+        if rc == 0:
+            return int(idp[0])
+        msg = _binding.last_error()
+        if rc == MCS_E_TIMEOUT:
+            with self._lock:  # the shim still uses the batch: keep it until it completes
+                self._orphans[int(idp[0])] = packed
+            raise MooncakeTimeoutError(rc, f"{what + ': ' if what else ''}{msg}")
+        raise refused(rc, packed.keys)
+
+    def _run(
+        self,
+        op: int,
+        keys: list[Any],
+        buffers: Sequence[Any] | None = None,
+        sizes: Sequence[int] | None = None,
+        *,
+        flags: int = 0,
+        writable: bool = False,
+        replicate_config: Any = None,
+        timeout: Any = DEFAULT,
+    ) -> list[int]:
+        packed = Packed(
+            op,
+            keys,
+            buffers,
+            sizes,
+            flags=flags,
+            writable=writable,
+            replicate_config=replicate_config,
+        )
+        self._run_packed(packed, timeout, OPS[op])
+        return packed.unpack()
+
+    def _keys_call(self, op: int, keys: list[Any], flags: int, timeout: Any) -> tuple[Any, int]:
+        """Run a batch of keys only; (its int64 results, n), valid until this thread's next call.
+
+        Without a deadline it goes through this thread's reusable struct (the shim is done
+        with it on return); with one, through a private batch the shim may keep.
+        """
+        n = len(keys)
+        if timeout is not DEFAULT or self.op_timeout is not None or self._orphans:
+            packed = Packed(op, keys, flags=flags)
+            self._run_packed(packed, timeout, OPS[op])
+            return packed.results, n
+        try:
+            kb = self._tls.keys
+        except AttributeError:
+            kb = self._tls.keys = KeyBatch()
+        keep = kb.fill(op, keys, flags)
+        rc = lib.mcs_run(self._h(), ffi.NULL, kb.batch)
+        del keep
+        if rc:
+            raise refused(rc, keys)
+        return kb.results, n
+
+    def _drive(self, plan: Generator[Any, Any, Any], timeout: Any) -> Any:
+        """Run a plan (see :mod:`._plans`) to its answer, one blocking batch per step."""
+        op, keys, bufs = next(plan)
+        while True:
+            if op == _GET_BUFFER:
+                packed = Packed(op, keys)
+                batch_id = self._run_packed(packed, timeout, "get")
+                try:
+                    answer: Any = gather_values(packed, packed.unpack())
+                finally:
+                    lib.mcs_release(self._handle, batch_id)
+            else:
+                # Plan buffers are the plan's own fresh bytes objects, filled in place.
+                answer = self._run(op, keys, bufs, timeout=timeout)
+            try:
+                op, keys, bufs = plan.send(answer)
+            except StopIteration as done:
+                return done.value
+
+    def _single(self, op: int, key: Any, timeout: Any, flags: int = 0, buf: Any = None) -> int:
+        """One key through a per-thread reusable batch: the small-operation fast path."""
+        if self._orphans:
+            self._reap()
+        tls = self._tls
+        try:
+            b, offsets, res, bufs, sizes = tls.single
+        except AttributeError:
+            b = ffi.new("struct mcs_batch *")
+            b.struct_size = ffi.sizeof("struct mcs_batch")
+            b.n = 1
+            offsets = ffi.new("uint64_t[2]")
+            res = ffi.new("int64_t[1]")
+            bufs = ffi.new("void *[1]")
+            sizes = ffi.new("uint64_t[1]")
+            b.key_offsets = offsets
+            b.results = res
+            tls.single = (b, offsets, res, bufs, sizes)
+        kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
+        if not kb or b"\0" in kb:
+            raise InvalidArgumentError(
+                MCS_E_INVALID_ARG, "key #0 is empty" if not kb else "key #0 contains a NUL byte"
+            )
+        ms = self._deadline_ms(timeout)
+        if ms:  # the shim may keep using this batch after a timeout: use a private one
+            return self._single_run([key], op, buf, flags=flags, timeout=timeout)
+        b.op = op
+        b.flags = flags
+        b.timeout_ms = 0
+        ckey = ffi.from_buffer(kb)
+        b.key_data = ckey
+        b.key_bytes = offsets[1] = len(kb)
+        if buf is None:
+            b.bufs = ffi.NULL
+            b.sizes = ffi.NULL
+        else:
+            bufs[0] = buf
+            sizes[0] = len(buf)
+            b.bufs = bufs
+            b.sizes = sizes
+        rc = lib.mcs_run(self._h(), ffi.NULL, b)
+        if rc < 0:
+            raise error_for(rc, _binding.last_error())
+        return res[0]
+
+    def _single_run(self, keys: list[Any], op: int, buf: Any, *, flags: int, timeout: Any) -> int:
+        packed = Packed(op, keys, None if buf is None else [buf], flags=flags, writable=op == _GET)
+        self._run_packed(packed, timeout, OPS[op])
+        return packed.results[0]
+
+    def _scratch(self) -> tuple[Any, Any]:
+        """This thread's reusable read buffer (cdata, its length)."""
+        try:
+            return self._tls.scratch
+        except AttributeError:
+            data = ffi.new("char[]", _SCRATCH_BYTES)
+            self._tls.scratch = (data, _SCRATCH_BYTES)
+            return self._tls.scratch
+
+    def _key_errors(self, keys: Sequence[Any], results: Sequence[int], allow=(), sizes=None):
+        raise_key_errors(keys, results, allow, sizes, segment_note(self.config))
+
+    def _reap(self) -> None:
+        """Free what timed-out blocking calls left with the shim, once their batches end."""
+        if self._pending:
+            return  # completions are someone's to drain: drain() reaps orphans then
+        self.drain()
