@@ -69,6 +69,8 @@ class Settings:
     #: Bytes of L1 staging memory to register (--l1-size); None: only with rdma, default size.
     l1_size: int | None = None
     _l1: Any = field(default=None, repr=False)
+    #: --admin / MCL2_ADMIN: base URL of the master's admin HTTP API.
+    admin: str | None = None
 
     # -- output -----------------------------------------------------------------------------
 
@@ -151,6 +153,47 @@ class Settings:
         self._where = f"the local cluster in {state_dir}"
         self.uses_local_cluster = True
         return local.client_config()
+
+    # -- the master's admin API ----------------------------------------------------------------
+
+    def admin_url(self) -> str:
+        """--admin; else the local cluster's admin URL (with no connection options), else
+        the master's host on port 9003 (Mooncake's default ``-metrics_port``)."""
+        from mooncake_cffi.admin import admin_url_for_master
+
+        if self.admin:
+            return self.admin
+        explicit = any(v is not None for v in (self.config, self.master, self.metadata_server))
+        if not explicit:
+            from mooncake_cffi.cluster import ClusterError, LocalCluster
+
+            state_dir = self.resolved_state_dir
+            try:
+                local = LocalCluster.load(state_dir)
+            except ClusterError as exc:
+                raise NoClusterError(str(exc)) from None
+            if local is None or not local.is_running():
+                raise NoClusterError(
+                    f"no local cluster (state directory {state_dir}): run `mcl2 cluster up`, "
+                    "or give --admin URL or --master HOST:PORT"
+                )
+            return local.metrics_url
+        master = self.store_config().setup_config.get(
+            "master_server_addr", f"127.0.0.1:{DEFAULT_MASTER_PORT}"
+        )
+        return admin_url_for_master(master)
+
+    def admin_client(self) -> Any:
+        """An :class:`~mooncake_cffi.admin.AdminClient` for :meth:`admin_url`."""
+        from mooncake_cffi.admin import AdminClient
+
+        url = self.admin_url()
+        try:
+            client = AdminClient(url, timeout=self.connect_timeout)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--admin'") from None
+        self.debug(f"admin API {client.url}")
+        return client
 
     # -- the client ---------------------------------------------------------------------------
 
@@ -482,6 +525,20 @@ def connection_options(top_level: bool) -> Callable[[F], F]:
         state_dir_option(top_level),
     ]
     return _stack(options)
+
+
+def admin_option(top_level: bool) -> Callable[[F], F]:
+    """--admin URL (``MCL2_ADMIN`` at the top level only)."""
+    return click.option(
+        "--admin",
+        metavar="URL",
+        envvar="MCL2_ADMIN" if top_level else None,
+        show_envvar=top_level,
+        expose_value=False,
+        callback=_store("admin"),
+        help="The master's admin HTTP API, http://HOST:PORT (default: the local cluster's, "
+        "else the master's host on port 9003).",
+    )
 
 
 def state_dir_option(top_level: bool) -> Callable[[F], F]:
