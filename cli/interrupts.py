@@ -77,6 +77,8 @@ class held_signals:
     def __enter__(self) -> held_signals:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(signum) is signal.SIG_IGN:
+                    continue  # ignored (a background job, nohup): stays ignored
                 self._saved[signum] = signal.signal(signum, self._defer)
         return self
 

@@ -19,8 +19,9 @@ What the master (wheel 0.3.13.post1) answers, as observed:
 
 The master does **not** percent-decode query strings: a key is sent as its raw bytes.  Keys
 with bytes the HTTP request line cannot carry (space, control characters, DEL) or with ``&``
-cannot be queried at all (:meth:`AdminClient.can_query`); keys with ``,`` are queried one by
-one instead of in a batch.
+cannot be queried at all (:meth:`AdminClient.can_query`); keys with ``,`` or that are not
+valid UTF-8 are queried one by one instead of in a batch (the batch answer is JSON, which the
+master fails to write for them: HTTP 503).
 """
 
 from __future__ import annotations
@@ -462,7 +463,7 @@ class AdminClient:
         batch: list[bytes] = []
         size = 0
         for kb in wanted:
-            if b"," in kb:
+            if b"," in kb or not _is_utf8(kb):  # the batch answer (JSON) cannot hold it
                 out[kb] = self.query_key(kb)
                 continue
             if batch and size + len(kb) + 1 > _BATCH_URL_BYTES:
@@ -507,6 +508,14 @@ class AdminClient:
                 f"key {kb!r} cannot be sent to the master's admin API: it does not decode "
                 "%-escapes, so keys with spaces, control characters or '&' cannot be queried"
             )
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _int_or_none(value: Any) -> int | None:
