@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+
+from mooncake_cffi.status import OBJECT_NOT_FOUND
 
 from .app import admin_command
 from .context import SIZE, Settings, pass_settings
@@ -30,6 +33,8 @@ from .keys import Progress, human_bytes, stderr_is_terminal
 OPS = ("put", "get", "exists")
 #: Keys per remove batch during cleanup.
 CLEANUP_BATCH = 1024
+#: How long cleanup retries keys Mooncake refuses to remove.
+CLEANUP_RETRY_SECONDS = 5.0
 _POLL = 0.1
 
 
@@ -114,7 +119,8 @@ class Runner:
         self.concurrency = conc
         self.value = secrets.token_bytes(size)
         self.stop = threading.Event()
-        self.stored: set[bytes] = set()
+        #: Every key a put was sent for (stored or not: an interrupted call may store it).
+        self.written: set[bytes] = set()
         self._lock = threading.Lock()
         self._next = 0
         self.done = 0
@@ -152,6 +158,8 @@ class Runner:
         errors: list[BaseException] = []
 
         def worker() -> None:
+            # Signals go to the main thread; a worker's call is never cut short by one.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             scratch_buf = bytearray(self.size * self.batch) if op == "get" else bytearray()
             view = memoryview(scratch_buf)
             scratch = [view[i * self.size : (i + 1) * self.size] for i in range(self.batch)]
@@ -160,6 +168,9 @@ class Runner:
             ok_keys = failed = 0
             try:
                 while (keys := self._take()) is not None:
+                    if op == "put":
+                        with self._lock:
+                            self.written.update(keys)
                     t0 = time.perf_counter()
                     try:
                         oks = call(keys)
@@ -171,9 +182,6 @@ class Runner:
                     good = sum(oks)
                     ok_keys += good
                     failed += len(keys) - good
-                    if op == "put":
-                        with self._lock:
-                            self.stored.update(k for k, ok in zip(keys, oks, strict=True) if ok)
                     with self._lock:
                         self.done += len(keys)
             except BaseException as exc:  # pragma: no cover - reported by the main thread
@@ -212,18 +220,36 @@ class Runner:
         return result
 
 
-def _cleanup(client: Any, keys: Sequence[bytes]) -> int:
-    """Force-remove the keys the bench wrote; how many are left behind."""
-    left = 0
-    for i in range(0, len(keys), CLEANUP_BATCH):
-        chunk = list(keys[i : i + CLEANUP_BATCH])
-        try:
-            statuses = client.batch_remove(chunk, force=True)
-        except Exception:
-            left += len(chunk)
-            continue
-        left += sum(1 for s in statuses if s < 0 and s != -704)
-    return left
+def _cleanup(client: Any, keys: Sequence[bytes]) -> tuple[int, str | None]:
+    """Force-remove the keys the bench wrote (absent ones count as removed).
+
+    Keys Mooncake refuses to remove yet (a put that was cut short may still be finishing) are
+    retried for up to :data:`CLEANUP_RETRY_SECONDS`.  Returns how many are left behind and the
+    error name of the last refusal.
+    """
+    from mooncake_cffi import error_name
+
+    pending = list(keys)
+    last_error: str | None = None
+    deadline = time.monotonic() + CLEANUP_RETRY_SECONDS
+    while True:
+        failed: list[bytes] = []
+        for i in range(0, len(pending), CLEANUP_BATCH):
+            chunk = pending[i : i + CLEANUP_BATCH]
+            try:
+                statuses = client.batch_remove(chunk, force=True)
+            except Exception as exc:
+                failed.extend(chunk)
+                last_error = getattr(exc, "name", type(exc).__name__)
+                continue
+            for key, status in zip(chunk, statuses, strict=True):
+                if status < 0 and status != OBJECT_NOT_FOUND:
+                    failed.append(key)
+                    last_error = error_name(status)
+        if not failed or time.monotonic() >= deadline:
+            return len(failed), last_error
+        pending = failed
+        time.sleep(0.2)
 
 
 @admin_command(json_help="Print the parameters and per-operation figures as one JSON object.")
@@ -321,7 +347,7 @@ def bench(
         interrupted = exc
     finally:
         with held_signals():
-            left = _cleanup(client, sorted(runner.stored))
+            left, cleanup_error = _cleanup(client, sorted(runner.written))
     report = {
         "prefix": prefix,
         "keys": n_keys,
@@ -329,9 +355,11 @@ def bench(
         "batch": batch,
         "concurrency": concurrency,
         "results": [r.as_dict() for r in results],
-        "removed": len(runner.stored) - left,
+        "removed": len(runner.written) - left,
         "left_behind": left,
     }
+    if left:
+        report["cleanup_error"] = cleanup_error
     if interrupted is not None:
         report["interrupted"] = describe(interrupted)
     if settings.json:
@@ -341,11 +369,13 @@ def bench(
     if interrupted is not None:
         raise Interrupted(
             f"{describe(interrupted)}: removed the {report['removed']} keys written"
-            + (f"; {left} could not be removed" if left else ""),
+            + (f"; {left} could not be removed ({cleanup_error})" if left else ""),
             exit_status(interrupted),
         )
     if left:
-        raise CliError(f"{left} of the keys written under {prefix} could not be removed")
+        raise CliError(
+            f"{left} of the keys written under {prefix} could not be removed ({cleanup_error})"
+        )
     failed = sum(r.failed for r in results)
     if failed:
         first = next((r.first_error for r in results if r.first_error), None)

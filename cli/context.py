@@ -71,6 +71,8 @@ class Settings:
     _l1: Any = field(default=None, repr=False)
     #: --admin / MCL2_ADMIN: base URL of the master's admin HTTP API.
     admin: str | None = None
+    #: Use the local cluster's addresses even when some of its processes are down (doctor).
+    accept_broken_local: bool = False
 
     # -- output -----------------------------------------------------------------------------
 
@@ -145,7 +147,7 @@ class Settings:
             local = LocalCluster.load(state_dir)
         except ClusterError as exc:
             raise NoClusterError(str(exc)) from None
-        if local is None or not local.is_running():
+        if local is None or not (local.is_running() or self.accept_broken_local):
             raise NoClusterError(
                 f"no local cluster (state directory {state_dir}): run `mcl2 cluster up`, "
                 "or give --master/--metadata-server/--config"
@@ -172,7 +174,7 @@ class Settings:
                 local = LocalCluster.load(state_dir)
             except ClusterError as exc:
                 raise NoClusterError(str(exc)) from None
-            if local is None or not local.is_running():
+            if local is None or not (local.is_running() or self.accept_broken_local):
                 raise NoClusterError(
                     f"no local cluster (state directory {state_dir}): run `mcl2 cluster up`, "
                     "or give --admin URL or --master HOST:PORT"

@@ -281,6 +281,7 @@ def doctor(settings: Settings) -> None:
     a failed round trip (TRANSFER_FAIL) until the master drops its segment,
     about 10 s later; then `segments` fails.
     """
+    settings.accept_broken_local = True  # a half-dead local cluster is what to diagnose
     d = Doctor(settings)
     d.run("master RPC", d.master_rpc)
     d.run("admin API", d.admin_api, needs=("master RPC",))
