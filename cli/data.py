@@ -261,13 +261,13 @@ def put(
     """
     items = _put_items(args, directory, prefix, keys_from)
     sizes = _source_sizes(items)
-    transfer = settings.transfer(l1_min=max(sizes))
     report = KeyReport(settings)
     single = len(items) == 1
     stored_keys = stored_bytes = kept = 0
     known_bytes = sum(s for s in sizes if s > 0)
     signals = held_signals()
     try:
+        transfer = settings.transfer(l1_min=max(sizes))
         with Progress(
             wants_progress(len(items), known_bytes) and not settings.quiet and not settings.json,
             len(items),
