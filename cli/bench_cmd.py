@@ -156,6 +156,10 @@ class Runner:
         self._next = 0
         self.done = 0
         errors: list[BaseException] = []
+        # The clock starts once every worker has its buffers ready, and stops when the last
+        # one is done.
+        ready = threading.Barrier(self.concurrency + 1)
+        ends: list[float] = []
 
         def worker() -> None:
             # Signals go to the main thread; a worker's call is never cut short by one.
@@ -167,6 +171,7 @@ class Runner:
             lat: list[float] = []
             ok_keys = failed = 0
             try:
+                ready.wait()
                 while (keys := self._take()) is not None:
                     if op == "put":
                         with self._lock:
@@ -187,7 +192,9 @@ class Runner:
             except BaseException as exc:  # pragma: no cover - reported by the main thread
                 errors.append(exc)
             finally:
+                end = time.perf_counter()
                 with self._lock:
+                    ends.append(end)
                     result.latencies.extend(lat)
                     result.keys += ok_keys
                     result.failed += failed
@@ -196,10 +203,11 @@ class Runner:
             threading.Thread(target=worker, name=f"mcl2-bench-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
-        start = time.perf_counter()
         for t in threads:
             t.start()
         try:
+            ready.wait()
+            start = time.perf_counter()
             shown = 0
             for t in threads:
                 while t.is_alive():
@@ -209,11 +217,12 @@ class Runner:
                     shown = done
         except KeyboardInterrupt:
             self.stop.set()  # the threads finish the batch they hold, then stop
+            ready.abort()  # (in case the signal came before the start)
             with held_signals():
                 for t in threads:
                     t.join()
             raise
-        result.seconds = time.perf_counter() - start
+        result.seconds = (max(ends) if ends else time.perf_counter()) - start
         result.bytes = result.keys * self.size if op != "exists" else 0
         if errors:
             raise errors[0]
@@ -258,7 +267,7 @@ def _cleanup(client: Any, keys: Sequence[bytes]) -> tuple[int, str | None]:
     default="put,get,exists",
     show_default=True,
     metavar="OPS",
-    help="Operations to run, in order, comma-separated: put, get, exists.",
+    help="Operations to time, comma-separated: put, get, exists (the keys are put first).",
 )
 @click.option(
     "-n",
@@ -330,6 +339,11 @@ def bench(
     if not prefix:
         raise click.BadParameter("the prefix must not be empty", param_hint="'--prefix'")
     client = settings.client()
+    if client.l1_registered:
+        raise CliError(
+            "mcl2 bench does not stage through registered L1 memory yet: run it over tcp, "
+            "without --l1-size"
+        )
     keys = [f"{prefix}{i:08d}".encode() for i in range(n_keys)]
     _refuse_existing(settings, client, prefix, keys)
     runner = Runner(client, keys, size, batch, concurrency)
