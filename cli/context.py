@@ -73,6 +73,8 @@ class Settings:
     admin: str | None = None
     #: Use the local cluster's addresses even when some of its processes are down (doctor).
     accept_broken_local: bool = False
+    #: The client outlives the command (``mcl2 shell`` closes it when the shell ends).
+    keep_client: bool = False
 
     # -- output -----------------------------------------------------------------------------
 
@@ -257,8 +259,9 @@ class Settings:
                 watchdog.cancel()
         self._client = client
         self._l1 = l1
-        ctx = click.get_current_context()
-        ctx.find_root().call_on_close(self.close)
+        if not self.keep_client:
+            ctx = click.get_current_context()
+            ctx.find_root().call_on_close(self.close)
         if self.verbose:
             try:
                 self.debug(f"registered as {client.hostname}")

@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (they register their commands on `cli`)
     data,
     doctor_cmd,
     interrupts,
+    shell,
 )
 from .app import cli
 from .context import Settings

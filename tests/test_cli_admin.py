@@ -408,3 +408,32 @@ def test_bench_interrupted_removes_what_it_wrote_and_exits_130(
     assert proc.returncode == 130, err
     assert b"interrupted (SIGINT): removed the" in err
     assert admin.keys(prefix.encode()) == []
+
+
+# -- shell ---------------------------------------------------------------------------------
+
+
+def test_shell_runs_lines_with_one_client(run, prefix: str, tmp_path: Path) -> None:
+    value = tmp_path / "v"
+    value.write_bytes(b"shell value")
+    lines = [
+        f"put {prefix}a {value}",
+        f"exists {prefix}a {prefix}missing",
+        f"ls {prefix}",
+        f"'get' {prefix}a",
+        "no-such-command",
+        'exists "unterminated',
+        f"rm --force {prefix}a",
+        "-q exists " + prefix + "a",
+        "quit",
+        "ls never-run",
+    ]
+    result = run("-v", "shell", input="\n".join(lines) + "\n")
+    out = result.stdout
+    assert f"{prefix}a\ttrue\n{prefix}missing\tfalse\n" in out
+    assert f"{prefix}a\n" in out and "shell value" in out
+    assert "No such command 'no-such-command'" in result.stderr
+    assert "No closing quotation" in result.stderr
+    assert result.stderr.count("registered as") == 1  # one client for every line
+    assert result.exit_code == EXIT_NOT_FOUND  # the last command: the key was removed
+    assert "never-run" not in out

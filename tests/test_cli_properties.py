@@ -1,9 +1,10 @@
 """Property-based tests of mcl2's argument handling (hypothesis + CliRunner).
 
 Whatever the arguments, mcl2 ends with one of its documented exit codes (0, 1, 2,
-3) and never with an unexpected Python exception (keys that are not UTF-8 included).  The cluster address points at
-a closed loopback port, so a command that gets past argument checking fails fast
-(exit 1) instead of moving data; ``cluster up`` is left out (it starts processes).
+3) and never with an unexpected Python exception (keys that are not UTF-8 included).
+The cluster address points at a closed loopback port, so a command that gets past
+argument checking fails fast (exit 1) instead of moving data; ``cluster up`` is left
+out (it starts processes).
 """
 
 from __future__ import annotations
