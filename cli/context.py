@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import click
 
 from .errors import CliError, NoClusterError, StoreError
+from .interrupts import threads_without_signals
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -226,7 +227,6 @@ class Settings:
             f"(from {self._where})"
         )
         import mooncake_cffi
-        from mooncake_cffi import Client, MooncakeError
 
         if self.verbose:
             mooncake_cffi.set_log_level(2 if self.verbose == 1 else 0)
@@ -242,6 +242,14 @@ class Settings:
                     f"cannot allocate {size} bytes of L1 staging memory: {exc}"
                 ) from None
             self.debug(f"staging transfers through {size} bytes of registered L1 memory")
+        with threads_without_signals():  # Mooncake's threads never take SIGINT / SIGTERM
+            return self._set_up(config, master, meta, l1)
+
+    def _set_up(self, config: Any, master: str, meta: str, l1: Any) -> Any:
+        """Create the client (with the watchdog on the console), and close it with the
+        command unless ``keep_client``."""
+        from mooncake_cffi import Client, MooncakeError
+
         watchdog = None
         try:
             with _quiet_stderr(enabled=not self.verbose) as quiet:

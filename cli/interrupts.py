@@ -11,16 +11,31 @@ SIGTERM is turned into :class:`Terminated`, a :class:`KeyboardInterrupt`, by :fu
 While a batch that changes the store is in flight, :class:`held_signals` defers both signals
 until the batch returns: Mooncake cannot abandon a transfer half way, so the command first
 records what the batch did, then stops and says what was stored or removed.
+
+Threads started while the client is set up (Mooncake's, the shim's lanes) are started under
+:func:`threads_without_signals`, so they inherit a mask that blocks both signals: the kernel
+delivers them to the main thread only, and no Mooncake call is cut short (EINTR) by one.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["Terminated", "describe", "exit_status", "held_signals", "install"]
+__all__ = [
+    "Terminated",
+    "describe",
+    "exit_status",
+    "held_signals",
+    "install",
+    "threads_without_signals",
+]
+
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class Terminated(KeyboardInterrupt):
@@ -55,6 +70,21 @@ def describe(exc: BaseException) -> str:
     signum = signal_number(exc)
     name = signal.Signals(signum).name
     return f"interrupted ({name})" if signum == signal.SIGINT else f"terminated ({name})"
+
+
+@contextmanager
+def threads_without_signals() -> Iterator[None]:
+    """Block SIGINT and SIGTERM in the calling thread for the block, so that every thread
+    started inside it keeps them blocked; a signal that arrives meanwhile is delivered when
+    the block ends.  Main thread only (elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class held_signals:
