@@ -1,22 +1,27 @@
-"""The ``mcl2`` click group and what every command shares: library errors turned into
-click errors, the version option, and the decorators that give data commands their shared
-options.  Commands live in :mod:`.data` (keys) and :mod:`.cluster_cmd` (the local cluster);
-:mod:`.main` is the console script.
+"""The ``mcl2`` click group and what every command shares: library errors, signals and a
+closed output pipe turned into click errors with their exit statuses, the version option, and
+the decorators that give data commands their shared options.  Commands live in :mod:`.data`
+(keys), :mod:`.admin_cmd` (the master's admin API), :mod:`.bench_cmd` (benchmark) and
+:mod:`.cluster_cmd` (the local cluster); :mod:`.main` is the console script.
 """
 
 from __future__ import annotations
 
 import errno
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from .context import connection_options, output_options
-from .errors import CliError, StoreError
+from .context import admin_option, connection_options, output_options
+from .errors import BrokenPipe, CliError, Interrupted, StoreError
+from .interrupts import describe, exit_status
 
 __all__ = [
     "CONTEXT_SETTINGS",
+    "admin_command",
     "cli",
     "key_command",
     "keys_from_option",
@@ -28,9 +33,15 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 
 class Mcl2Group(click.Group):
-    """A click group that turns library exceptions into ClickExceptions (no tracebacks)."""
+    """A click group that turns library exceptions into ClickExceptions (no tracebacks).
+
+    SIGINT / SIGTERM become :class:`Interrupted` (exit 130 / 143) and a closed standard
+    output becomes :class:`BrokenPipe` (exit 141, silent), while the command's context is
+    still open, so its client is closed the normal way.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
+        from mooncake_cffi.admin import AdminError
         from mooncake_cffi.cluster import ClusterError
         from mooncake_cffi.errors import MooncakeError
 
@@ -38,13 +49,35 @@ class Mcl2Group(click.Group):
             return super().invoke(ctx)
         except MooncakeError as exc:
             raise StoreError.wrap(exc) from None
-        except ClusterError as exc:
+        except (ClusterError, AdminError) as exc:
             raise CliError(str(exc)) from None
+        except KeyboardInterrupt as exc:  # SIGINT, and SIGTERM (interrupts.Terminated)
+            raise Interrupted(describe(exc), exit_status(exc)) from None
         except OSError as exc:
             if exc.errno == errno.EPIPE:
-                raise  # click turns a closed pipe into a quiet exit 1
+                _silence_stdout(ctx)
+                raise BrokenPipe() from None
             where = f"{exc.filename}: " if exc.filename else ""
             raise CliError(f"{where}{exc.strerror or exc}") from None
+
+
+def _silence_stdout(ctx: click.Context) -> None:
+    """After EPIPE: point fd 1 at /dev/null so that flushing at exit cannot fail again."""
+    settings = ctx.find_object(_settings_class())
+    if settings is None or not settings.fast_exit:
+        return  # inside another program (CliRunner): its stdout is not ours to replace
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _settings_class() -> type:
+    from .context import Settings
+
+    return Settings
 
 
 def _version() -> str:
@@ -59,18 +92,21 @@ def _version() -> str:
 @click.group(cls=Mcl2Group, context_settings=CONTEXT_SETTINGS)
 @click.version_option(_version(), "-V", "--version", prog_name="mcl2")
 @connection_options(top_level=True)
+@admin_option(top_level=True)
 @output_options(
-    json_help="Print results as JSON on stdout (put, get -o/-d, exists, rm, stat, cluster status)."
+    json_help="Print results as JSON on stdout (one document; every command that reports)."
 )
 def cli() -> None:
-    """Put, get, check and remove keys in a Mooncake Store, and run a local cluster.
+    """Put, get, check and remove keys in a Mooncake Store, look inside a cluster
+    (ls, info, segments, metrics, doctor), measure it (bench), and run a local cluster.
 
     \b
     With no --master/--metadata-server/--config (or MCL2_* variables),
     mcl2 talks to the local cluster that `mcl2 cluster up` started.
 
     \b
-    Exit status: 0 success, 1 error, 2 usage error, 3 a key was not found.
+    Exit status: 0 success, 1 error, 2 usage error, 3 a key was not found,
+    130/143 interrupted by SIGINT/SIGTERM, 141 standard output closed early.
     See `man mcl2` for details and examples.
     """
 
@@ -86,6 +122,20 @@ def key_command(json_help: str) -> Callable[[Callable[..., Any]], click.Command]
     def decorate(f: Callable[..., Any]) -> click.Command:
         own = len(getattr(f, "__click_params__", []))
         f = output_options(json_help=json_help)(f)
+        f = connection_options(top_level=False)(f)
+        return own_options_first(cli.command(context_settings=CONTEXT_SETTINGS)(f), own)
+
+    return decorate
+
+
+def admin_command(json_help: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """A command that also reads the master's admin API: ``--admin`` besides the shared
+    connection and output options."""
+
+    def decorate(f: Callable[..., Any]) -> click.Command:
+        own = len(getattr(f, "__click_params__", []))
+        f = output_options(json_help=json_help)(f)
+        f = admin_option(top_level=False)(f)
         f = connection_options(top_level=False)(f)
         return own_options_first(cli.command(context_settings=CONTEXT_SETTINGS)(f), own)
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import click
 
 from .errors import CliError, NoClusterError, StoreError
+from .interrupts import threads_without_signals
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,6 +70,12 @@ class Settings:
     #: Bytes of L1 staging memory to register (--l1-size); None: only with rdma, default size.
     l1_size: int | None = None
     _l1: Any = field(default=None, repr=False)
+    #: --admin / MCL2_ADMIN: base URL of the master's admin HTTP API.
+    admin: str | None = None
+    #: Use the local cluster's addresses even when some of its processes are down (doctor).
+    accept_broken_local: bool = False
+    #: The client outlives the command (``mcl2 shell`` closes it when the shell ends).
+    keep_client: bool = False
 
     # -- output -----------------------------------------------------------------------------
 
@@ -143,7 +150,7 @@ class Settings:
             local = LocalCluster.load(state_dir)
         except ClusterError as exc:
             raise NoClusterError(str(exc)) from None
-        if local is None or not local.is_running():
+        if local is None or not (local.is_running() or self.accept_broken_local):
             raise NoClusterError(
                 f"no local cluster (state directory {state_dir}): run `mcl2 cluster up`, "
                 "or give --master/--metadata-server/--config"
@@ -151,6 +158,47 @@ class Settings:
         self._where = f"the local cluster in {state_dir}"
         self.uses_local_cluster = True
         return local.client_config()
+
+    # -- the master's admin API ----------------------------------------------------------------
+
+    def admin_url(self) -> str:
+        """--admin; else the local cluster's admin URL (with no connection options), else
+        the master's host on port 9003 (Mooncake's default ``-metrics_port``)."""
+        from mooncake_cffi.admin import admin_url_for_master
+
+        if self.admin:
+            return self.admin
+        explicit = any(v is not None for v in (self.config, self.master, self.metadata_server))
+        if not explicit:
+            from mooncake_cffi.cluster import ClusterError, LocalCluster
+
+            state_dir = self.resolved_state_dir
+            try:
+                local = LocalCluster.load(state_dir)
+            except ClusterError as exc:
+                raise NoClusterError(str(exc)) from None
+            if local is None or not (local.is_running() or self.accept_broken_local):
+                raise NoClusterError(
+                    f"no local cluster (state directory {state_dir}): run `mcl2 cluster up`, "
+                    "or give --admin URL or --master HOST:PORT"
+                )
+            return local.metrics_url
+        master = self.store_config().setup_config.get(
+            "master_server_addr", f"127.0.0.1:{DEFAULT_MASTER_PORT}"
+        )
+        return admin_url_for_master(master)
+
+    def admin_client(self) -> Any:
+        """An :class:`~mooncake_cffi.admin.AdminClient` for :meth:`admin_url`."""
+        from mooncake_cffi.admin import AdminClient
+
+        url = self.admin_url()
+        try:
+            client = AdminClient(url, timeout=self.connect_timeout)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--admin'") from None
+        self.debug(f"admin API {client.url}")
+        return client
 
     # -- the client ---------------------------------------------------------------------------
 
@@ -179,7 +227,6 @@ class Settings:
             f"(from {self._where})"
         )
         import mooncake_cffi
-        from mooncake_cffi import Client, MooncakeError
 
         if self.verbose:
             mooncake_cffi.set_log_level(2 if self.verbose == 1 else 0)
@@ -195,6 +242,14 @@ class Settings:
                     f"cannot allocate {size} bytes of L1 staging memory: {exc}"
                 ) from None
             self.debug(f"staging transfers through {size} bytes of registered L1 memory")
+        with threads_without_signals():  # Mooncake's threads never take SIGINT / SIGTERM
+            return self._set_up(config, master, meta, l1)
+
+    def _set_up(self, config: Any, master: str, meta: str, l1: Any) -> Any:
+        """Create the client (with the watchdog on the console), and close it with the
+        command unless ``keep_client``."""
+        from mooncake_cffi import Client, MooncakeError
+
         watchdog = None
         try:
             with _quiet_stderr(enabled=not self.verbose) as quiet:
@@ -212,8 +267,9 @@ class Settings:
                 watchdog.cancel()
         self._client = client
         self._l1 = l1
-        ctx = click.get_current_context()
-        ctx.find_root().call_on_close(self.close)
+        if not self.keep_client:
+            ctx = click.get_current_context()
+            ctx.find_root().call_on_close(self.close)
         if self.verbose:
             try:
                 self.debug(f"registered as {client.hostname}")
@@ -482,6 +538,20 @@ def connection_options(top_level: bool) -> Callable[[F], F]:
         state_dir_option(top_level),
     ]
     return _stack(options)
+
+
+def admin_option(top_level: bool) -> Callable[[F], F]:
+    """--admin URL (``MCL2_ADMIN`` at the top level only)."""
+    return click.option(
+        "--admin",
+        metavar="URL",
+        envvar="MCL2_ADMIN" if top_level else None,
+        show_envvar=top_level,
+        expose_value=False,
+        callback=_store("admin"),
+        help="The master's admin HTTP API, http://HOST:PORT (default: the local cluster's, "
+        "else the master's host on port 9003).",
+    )
 
 
 def state_dir_option(top_level: bool) -> Callable[[F], F]:

@@ -2,6 +2,8 @@
 
 Each reads its keys from arguments or ``--keys-from``, works in batches through one client,
 and reports per key (``--json``: one document); a missing key makes the exit status 3.
+Keys go to Mooncake as bytes (see :mod:`.keys`).  ``put`` and ``rm`` hold SIGINT / SIGTERM
+while a batch is in flight, then stop and say what was stored / removed (exit 130 / 143).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from .errors import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
     CliError,
+    Interrupted,
     KeyNotFound,
 )
+from .interrupts import describe, exit_status, held_signals
 from .keys import (
     CHUNK_BYTES,
     CHUNK_KEYS,
@@ -35,11 +39,15 @@ from .keys import (
     gather_keys,
     human_bytes,
     iter_regular_files,
+    key_bytes,
     plural,
     read_lines,
     split_pair,
     wants_progress,
+    wire_key,
+    wire_keys,
     write_file,
+    write_stdout,
 )
 
 #: Per-key problem lines printed before "... and N more" (--json lists them all).
@@ -253,37 +261,43 @@ def put(
     """
     items = _put_items(args, directory, prefix, keys_from)
     sizes = _source_sizes(items)
-    transfer = settings.transfer(l1_min=max(sizes))
     report = KeyReport(settings)
     single = len(items) == 1
     stored_keys = stored_bytes = kept = 0
     known_bytes = sum(s for s in sizes if s > 0)
-    with Progress(
-        wants_progress(len(items), known_bytes) and not settings.quiet and not settings.json,
-        len(items),
-        "put",
-    ) as progress:
-        for span in _byte_chunks(sizes):
-            keys = [items[i][0] for i in span]
-            values = [_read_source(items[i][1]) for i in span]
-            for key, value in zip(keys, values, strict=True):
-                if not value:
-                    raise CliError(f"{key}: the value is empty: Mooncake cannot store 0 bytes")
-            results = transfer.put(keys, values, overwrite)
-            for key, value, status in zip(keys, values, results, strict=True):
-                if status == 0:
-                    stored_keys += 1
-                    stored_bytes += len(value)
-                    report.add(key, "stored", bytes=len(value))
-                elif status == 1:  # mooncake_cffi.EXISTED
-                    kept += 1
-                    report.add(key, "exists", bytes=len(value))
-                    report.problem(f"{key}: exists, kept (use --overwrite to replace)")
-                elif status == NO_AVAILABLE_HANDLE:
-                    report.error(key, status, "put", no_space_hint(settings, len(value)))
-                else:
-                    report.error(key, status, "put")
-            progress.advance(len(keys))
+    signals = held_signals()
+    try:
+        transfer = settings.transfer(l1_min=max(sizes))
+        with Progress(
+            wants_progress(len(items), known_bytes) and not settings.quiet and not settings.json,
+            len(items),
+            "put",
+        ) as progress:
+            for span in _byte_chunks(sizes):
+                keys = [items[i][0] for i in span]
+                values = [_read_source(items[i][1]) for i in span]
+                for key, value in zip(keys, values, strict=True):
+                    if not value:
+                        raise CliError(f"{key}: the value is empty: Mooncake cannot store 0 bytes")
+                with signals:
+                    results = transfer.put(wire_keys(keys), values, overwrite)
+                stored_keys, stored_bytes, kept = _record_puts(
+                    settings, report, keys, values, results, (stored_keys, stored_bytes, kept)
+                )
+                progress.advance(len(keys))
+                signals.check()
+    except KeyboardInterrupt as exc:
+        report.flush_problems()
+        if settings.json:
+            settings.emit_json(report.records)
+        done = f"stored {stored_keys} of {plural(len(items), 'key')} ({human_bytes(stored_bytes)})"
+        if kept:
+            done += f", {kept} existing kept"
+        rest = len(items) - len(report.records)
+        raise Interrupted(
+            f"{describe(exc)}: {done}; {rest} not sent" if rest else f"{describe(exc)}: {done}",
+            exit_status(exc),
+        ) from None
     if single and not report.failed and stored_keys:
         settings.info(f"{items[0][0]}: stored ({human_bytes(stored_bytes)})")
         report.flush_problems()
@@ -299,6 +313,32 @@ def put(
                 summary += f", {report.failed} failed"
             settings.info(summary)
     report.finish()
+
+
+def _record_puts(
+    settings: Settings,
+    report: KeyReport,
+    keys: Sequence[str],
+    values: Sequence[bytes],
+    results: Sequence[int],
+    counts: tuple[int, int, int],
+) -> tuple[int, int, int]:
+    """Add one put batch's per-key outcomes to ``report``; (stored keys, bytes, kept)."""
+    stored_keys, stored_bytes, kept = counts
+    for key, value, status in zip(keys, values, results, strict=True):
+        if status == 0:
+            stored_keys += 1
+            stored_bytes += len(value)
+            report.add(key, "stored", bytes=len(value))
+        elif status == 1:  # mooncake_cffi.EXISTED
+            kept += 1
+            report.add(key, "exists", bytes=len(value))
+            report.problem(f"{key}: exists, kept (use --overwrite to replace)")
+        elif status == NO_AVAILABLE_HANDLE:
+            report.error(key, status, "put", no_space_hint(settings, len(value)))
+        else:
+            report.error(key, status, "put")
+    return stored_keys, stored_bytes, kept
 
 
 def no_space_hint(settings: Settings, size: int) -> str:
@@ -371,15 +411,13 @@ def get(
 
 
 def _get_one(settings: Settings, key: str, output: str | None) -> None:
-    (value,) = settings.transfer().get([key])
+    (value,) = settings.transfer().get([wire_key(key)])
     if value is None:
         if settings.json:
             settings.emit_json({key: {"status": "missing"}})
         raise KeyNotFound(f"key {key!r} not found")
     if output is None or output == STDIN:
-        out = sys.stdout.buffer
-        out.write(value)
-        out.flush()
+        write_stdout(value)  # a short write to a closed pipe is an error (exit 141)
         return
     write_file(Path(output), value)
     settings.debug(f"{key}: wrote {human_bytes(len(value))} to {output}")
@@ -398,7 +436,7 @@ def _get_many(settings: Settings, keys: list[str], directory: Path) -> None:
     ) as progress:
         for start in range(0, len(keys), CHUNK_KEYS):
             batch = keys[start : start + CHUNK_KEYS]
-            values = transfer.get(batch)
+            values = transfer.get(wire_keys(batch))
             for key, name, value in zip(
                 batch, names[start : start + CHUNK_KEYS], values, strict=True
             ):
@@ -446,17 +484,19 @@ def exists(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> 
         "exists",
     ) as progress:
         for batch in chunks(all_keys, 4 * CHUNK_KEYS):
-            results = client.batch_exists(list(batch))
+            results = client.batch_exists(wire_keys(batch))
             for key, present in zip(batch, results, strict=True):
                 found[key] = present
             progress.advance(len(batch))
     if settings.json:
         settings.emit_json(found)
     elif not settings.quiet:
-        out = sys.stdout
-        for key, present in found.items():
-            out.write(f"{key}\t{'true' if present else 'false'}\n")
-        out.flush()
+        write_stdout(
+            b"".join(
+                key_bytes(key) + (b"\ttrue\n" if present else b"\tfalse\n")
+                for key, present in found.items()
+            )
+        )
     if not all(found.values()):
         click.get_current_context().exit(EXIT_NOT_FOUND)
 
@@ -475,12 +515,16 @@ def stat(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> No
     """
     all_keys = gather_keys(keys, keys_from)
     client = settings.client()
-    sizes = {key: client.size(key) for key in all_keys}
+    sizes = {key: client.size(wire_key(key)) for key in all_keys}
     if settings.json:
         settings.emit_json(sizes)
     elif not settings.quiet:
-        for key, size in sizes.items():
-            click.echo(f"{key}\t{'-' if size is None else size}")
+        write_stdout(
+            b"".join(
+                key_bytes(key) + f"\t{'-' if size is None else size}\n".encode()
+                for key, size in sizes.items()
+            )
+        )
     if any(size is None for size in sizes.values()):
         click.get_current_context().exit(EXIT_NOT_FOUND)
 
@@ -518,28 +562,43 @@ def rm(
     client = settings.client()
     report = KeyReport(settings)
     removed = absent = leased = 0
-    with Progress(
-        wants_progress(len(all_keys)) and not settings.quiet and not settings.json,
-        len(all_keys),
-        "rm",
-    ) as progress:
-        for batch in chunks(all_keys, 4 * CHUNK_KEYS):
-            results = client.batch_remove(list(batch), force=force)
-            for key, status in zip(batch, results, strict=True):
-                if status >= 0:
-                    removed += 1
-                    report.add(key, "removed")
-                elif status == OBJECT_NOT_FOUND:
-                    absent += 1
-                    report.add(key, "absent")
-                elif status == OBJECT_HAS_LEASE:
-                    leased += 1
-                    report.failed += 1
-                    report.add(key, "leased", error="OBJECT_HAS_LEASE", code=status)
-                    report.problem(f"{key}: {LEASE_MESSAGE}")
-                else:
-                    report.error(key, status, "remove")
-            progress.advance(len(batch))
+    signals = held_signals()
+    try:
+        with Progress(
+            wants_progress(len(all_keys)) and not settings.quiet and not settings.json,
+            len(all_keys),
+            "rm",
+        ) as progress:
+            for batch in chunks(all_keys, 4 * CHUNK_KEYS):
+                with signals:
+                    results = client.batch_remove(wire_keys(batch), force=force)
+                for key, status in zip(batch, results, strict=True):
+                    if status >= 0:
+                        removed += 1
+                        report.add(key, "removed")
+                    elif status == OBJECT_NOT_FOUND:
+                        absent += 1
+                        report.add(key, "absent")
+                    elif status == OBJECT_HAS_LEASE:
+                        leased += 1
+                        report.failed += 1
+                        report.add(key, "leased", error="OBJECT_HAS_LEASE", code=status)
+                        report.problem(f"{key}: {LEASE_MESSAGE}")
+                    else:
+                        report.error(key, status, "remove")
+                progress.advance(len(batch))
+                signals.check()
+    except KeyboardInterrupt as exc:
+        report.flush_problems()
+        if settings.json:
+            settings.emit_json(report.records)
+        rest = len(all_keys) - len(report.records)
+        raise Interrupted(
+            f"{describe(exc)}: removed {removed} of {plural(len(all_keys), 'key')}"
+            + (f", {absent} absent" if absent else "")
+            + (f"; {rest} not sent" if rest else ""),
+            exit_status(exc),
+        ) from None
     if not missing_ok:
         report.missing = absent
     if len(all_keys) == 1 and not settings.json and not settings.quiet:

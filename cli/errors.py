@@ -15,8 +15,10 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 #: Bad usage: unknown option, missing argument, invalid option value (click's own code).
 EXIT_USAGE = 2
-#: A key asked for does not exist (get, exists, stat; rm with --strict).
+#: A key asked for does not exist (get, exists, stat, info; rm with --strict).
 EXIT_NOT_FOUND = 3
+#: Standard output was a pipe whose reader went away (like a tool killed by SIGPIPE).
+EXIT_BROKEN_PIPE = 141
 
 
 class CliError(click.ClickException):
@@ -40,6 +42,26 @@ class StoreError(CliError):
         head = f"{name} ({code})" if name is not None else type(exc).__name__
         prefix = f"{doing}: " if doing else ""
         return cls(f"{prefix}{head}: {detail}{_hint(name)}")
+
+
+class Interrupted(CliError):
+    """SIGINT or SIGTERM ended the command: exit status 128 + the signal number."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.exit_code = status
+
+
+class BrokenPipe(click.ClickException):
+    """Standard output's reader went away: exit status 141, quietly (as after SIGPIPE)."""
+
+    exit_code = EXIT_BROKEN_PIPE
+
+    def __init__(self) -> None:
+        super().__init__("broken pipe")
+
+    def show(self, file: object = None) -> None:
+        """Print nothing: the reader is gone, and `cat | head` says nothing either."""
 
 
 class KeyNotFound(click.ClickException):

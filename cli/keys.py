@@ -1,13 +1,17 @@
 """Keys and values for mcl2's multi-key commands: where they come from, and in what chunks.
 
 Keys come from the command line and from ``--keys-from FILE|-`` (one key per line; for
-``put``, ``KEY<TAB>FILE`` or ``KEY=FILE`` per line).  Work is sent in batches of at most
-:data:`CHUNK_KEYS` keys (and, for put, about :data:`CHUNK_BYTES` of values), with a progress
-bar on stderr only when it is a terminal and the work is long.
+``put``, ``KEY<TAB>FILE`` or ``KEY=FILE`` per line).  A key is a string of bytes, like a
+file name: arguments and lines that are not valid UTF-8 are kept as the bytes given (held
+as ``str`` with Python's ``surrogateescape``, turned back into those bytes by
+:func:`wire_key` for Mooncake and by :func:`key_bytes` for standard output).  Work is sent
+in batches of at most :data:`CHUNK_KEYS` keys (and, for put, about :data:`CHUNK_BYTES` of
+values), with a progress bar on stderr only when it is a terminal and the work is long.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -69,6 +73,49 @@ def gather_keys(args: Sequence[str], keys_from: str | None) -> list[str]:
     if not unique:
         raise click.UsageError("no keys given (give KEY arguments or --keys-from FILE|-)")
     return unique
+
+
+def wire_key(key: str) -> bytes:
+    """The bytes Mooncake gets for a key: UTF-8, and the original bytes of undecodable ones."""
+    return key.encode("utf-8", "surrogateescape")
+
+
+def wire_keys(keys: Iterable[str]) -> list[bytes]:
+    return [wire_key(k) for k in keys]
+
+
+def key_bytes(key: str | bytes) -> bytes:
+    """A key as the bytes to print on standard output."""
+    return key if isinstance(key, bytes) else wire_key(key)
+
+
+def show_key(key: str | bytes) -> str:
+    """A key for a message or JSON: its text, with undecodable bytes kept as escapes."""
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "surrogateescape")
+    return key
+
+
+def write_stdout(data: bytes | memoryview) -> None:
+    """Write all of ``data`` to standard output, or raise BrokenPipeError.
+
+    A buffered write to a pipe whose reader has gone may return a short count instead of
+    failing; that is treated as the closed pipe it is.
+    """
+    try:
+        sys.stdout.flush()
+    except ValueError:
+        pass
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while len(view):
+        n = out.write(view)
+        if n is None:  # a non-blocking stream that is full: not ours to wait on
+            raise BlockingIOError(errno.EAGAIN, "standard output would block")
+        if n <= 0:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        view = view[n:]
+    out.flush()
 
 
 def split_pair(text: str, where: str) -> tuple[str, str]:

@@ -1,7 +1,9 @@
 """mcl2: the admin command line for Mooncake Store (``put``, ``get``, ``exists``, ``rm``,
-``stat``, and ``cluster up|down|status`` for a local cluster on 127.0.0.1).
+``stat``; ``ls``, ``info``, ``segments``, ``metrics``, ``doctor`` over the master's admin
+API; ``bench``; and ``cluster up|down|status`` for a local cluster on 127.0.0.1).
 
-Exit statuses: 0 success, 1 error, 2 usage, 3 a key not found (see :mod:`.errors`).
+Exit statuses: 0 success, 1 error, 2 usage, 3 a key not found, 130 / 143 after SIGINT /
+SIGTERM, 141 when standard output's reader went away (see :mod:`.errors`).
 
 :func:`main` is the console script.  It runs the click group, then closes the Mooncake
 client the fast way (``close_for_exit``) and leaves with ``os._exit``, which skips Mooncake's
@@ -16,7 +18,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import cluster_cmd, data  # noqa: F401  (they register their commands on `cli`)
+from . import (  # noqa: F401  (they register their commands on `cli`)
+    admin_cmd,
+    bench_cmd,
+    cluster_cmd,
+    data,
+    doctor_cmd,
+    interrupts,
+    shell,
+)
 from .app import cli
 from .context import Settings
 from .errors import EXIT_ERROR, EXIT_OK
@@ -31,15 +41,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     """The ``mcl2`` console script: run, close Mooncake's client fast, and ``os._exit``."""
     settings = Settings(fast_exit=True)
     code: int = EXIT_OK
+    interrupts.install()
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="mcl2", obj=settings)
     except SystemExit as exc:
         code = _exit_code(exc.code)
+    except KeyboardInterrupt as exc:  # outside a command (while parsing, closing...)
+        code = interrupts.exit_status(exc)
     finally:
-        try:
-            settings.close()  # normally closed already, with the command's context
-        except Exception:
-            code = code or EXIT_ERROR
+        with interrupts.held_signals():  # the cleanup below is short: let it finish
+            try:
+                settings.close()  # normally closed already, with the command's context
+            except Exception:
+                code = code or EXIT_ERROR
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -40,6 +40,7 @@ ENV_VARS = (
     "MCL2_L1_SIZE",
     "MCL2_CONNECT_TIMEOUT",
     "MCL2_STATE_DIR",
+    "MCL2_ADMIN",
 )
 
 
@@ -593,7 +594,7 @@ def test_every_option_and_environment_variable_is_in_the_man_page() -> None:
                 assert param.envvar in man
     for name in ENV_VARS:
         assert name in man
-    for code in ("0", "1", "2", "3"):
+    for code in ("0", "1", "2", "3", "130", "141"):
         assert f".B {code}\n" in MAN_PAGE.read_text()
 
 

@@ -1,9 +1,10 @@
 """Property-based tests of mcl2's argument handling (hypothesis + CliRunner).
 
 Whatever the arguments, mcl2 ends with one of its documented exit codes (0, 1, 2,
-3) and never with an unexpected Python exception.  The cluster address points at
-a closed loopback port, so a command that gets past argument checking fails fast
-(exit 1) instead of moving data; ``cluster up`` is left out (it starts processes).
+3) and never with an unexpected Python exception (keys that are not UTF-8 included).
+The cluster address points at a closed loopback port, so a command that gets past
+argument checking fails fast (exit 1) instead of moving data; ``cluster up`` is left
+out (it starts processes).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ commands = st.sampled_from(
         ["cluster"],
         [],
         ["nope"],
+        ["ls"],
+        ["info"],
+        ["segments"],
+        ["metrics"],
+        ["doctor"],
+        ["bench"],
     ]
 )
 tokens = st.sampled_from(
@@ -87,6 +94,19 @@ tokens = st.sampled_from(
         "\0",
         "ключ",
         "-h",
+        "caf\udce9",
+        "--raw",
+        "-l",
+        "--limit",
+        "--ops",
+        "put,get",
+        "--keys",
+        "--size",
+        "4KiB",
+        "--batch",
+        "-c",
+        "--admin",
+        "ftp://x",
     ]
 ) | st.text(max_size=12)
 
@@ -108,6 +128,7 @@ def test_any_arguments_end_in_a_documented_exit_code(tmp_path_factory, command, 
         "MCL2_HOSTNAME": None,
         "MCL2_L1_SIZE": None,
         "MCL2_CONNECT_TIMEOUT": "0.5",
+        "MCL2_ADMIN": f"http://127.0.0.1:{PORT}",
     }
     argv = command + args
     if "\0" in "".join(argv):

@@ -1,0 +1,302 @@
+"""``mcl2 doctor``: is this cluster usable?  Ordered checks, one line each.
+
+Each check says ``ok``, ``FAIL`` (and why) or ``skip`` (a check it needs failed).  When the
+master's RPC port does not answer, every check that needs the network is skipped, so an
+unreachable master costs one connect timeout, never more.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from .app import admin_command
+from .context import Settings, pass_settings
+from .errors import EXIT_ERROR
+from .keys import human_bytes
+
+OK, FAIL, SKIP = "ok", "FAIL", "skip"
+
+#: Bytes of the temporary value the round trip stores.
+ROUND_TRIP_BYTES = 4096
+
+_HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class CheckFailed(Exception):
+    """A check's reason to fail."""
+
+
+@dataclass
+class Doctor:
+    """The checks' shared state: what the earlier ones found."""
+
+    settings: Settings
+    results: list[dict[str, str]] = field(default_factory=list)
+    failed: set[str] = field(default_factory=set)
+    setup: dict[str, str] = field(default_factory=dict)
+    admin: Any = None
+    segments: list[Any] = field(default_factory=list)
+    client: Any = None
+
+    def run(self, name: str, check: Callable[[], str], needs: tuple[str, ...] = ()) -> None:
+        missing = [n for n in needs if n in self.failed]
+        if missing:
+            self.failed.add(name)
+            self._report(name, SKIP, f"needs: {', '.join(missing)}")
+            return
+        try:
+            detail = check()
+            status = OK
+        except CheckFailed as exc:
+            status, detail = FAIL, str(exc)
+        except click.ClickException as exc:
+            status, detail = FAIL, exc.format_message()
+        except Exception as exc:  # a check must never end the doctor with a traceback
+            status, detail = FAIL, f"{type(exc).__name__}: {exc}"
+        if status != OK:
+            self.failed.add(name)
+        self._report(name, status, detail)
+
+    def _report(self, name: str, status: str, detail: str) -> None:
+        self.results.append({"check": name, "status": status, "detail": detail})
+        if not self.settings.json and not self.settings.quiet:
+            click.echo(f"{status:<4}  {name}: {detail}")
+
+    # -- the checks ------------------------------------------------------------------------
+
+    def master_rpc(self) -> str:
+        self.setup = dict(self.settings.store_config().setup_config)
+        addr = self.setup.get("master_server_addr", "127.0.0.1:50051")
+        _connect(addr, self.settings.connect_timeout, "the master's RPC port")
+        return f"{addr} accepts connections"
+
+    def admin_api(self) -> str:
+        self.admin = self.settings.admin_client()
+        health = self.admin.health()
+        status = health.get("status")
+        if health.get("http_status") != 200 or status != "ok":
+            raise CheckFailed(f"{self.admin.url}/health says {status!r}")
+        if health.get("service_ready") is False:
+            raise CheckFailed(f"{self.admin.url}: the master is not ready (service_ready false)")
+        return f"{self.admin.url} healthy ({health.get('role') or '?'})"
+
+    def metadata_server(self) -> str:
+        meta = self.setup.get("metadata_server", "")
+        if not meta.startswith("http://"):
+            return f"{meta or '?'}: not an http:// metadata server, not checked"
+        probe = f"{meta}{'&' if '?' in meta else '?'}key=mcl2-doctor-probe"
+        try:
+            with _HTTP.open(probe, timeout=self.settings.connect_timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            exc.close()  # an HTTP answer (404 for the probe key): the server is there
+        except OSError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise CheckFailed(f"{meta}: {reason}") from None
+        if self.admin is None:
+            return f"{meta} answers"
+        try:
+            self.segments = self.admin.segments()
+        except Exception:
+            return f"{meta} answers"
+        prefix = _metadata_prefix()
+        unknown = [
+            s.name for s in self.segments if not _metadata_has(meta, f"{prefix}ram/{s.name}", self)
+        ]
+        if unknown:
+            raise CheckFailed(
+                f"{meta} answers but has no entry for segment {', '.join(unknown)}: is it the "
+                "metadata server the master and storage nodes use?"
+            )
+        return f"{meta} answers and knows every segment"
+
+    def segments_mounted(self) -> str:
+        if not self.segments:
+            self.segments = self.admin.segments()
+        if not self.segments:
+            raise CheckFailed("no storage segment is mounted: start a storage node")
+        bad = [f"{s.name} ({s.status})" for s in self.segments if s.status not in (None, "OK")]
+        if bad:
+            raise CheckFailed(f"segments not OK: {', '.join(bad)}")
+        capacity = sum(s.capacity_bytes or 0 for s in self.segments)
+        used = sum(s.used_bytes or 0 for s in self.segments)
+        n = len(self.segments)
+        return (
+            f"{n} segment{'s' if n != 1 else ''}, {human_bytes(used)} used of "
+            f"{human_bytes(capacity)}"
+        )
+
+    def client_setup(self) -> str:
+        start = time.monotonic()
+        try:
+            self.client = self.settings.client()
+        except click.ClickException as exc:
+            raise CheckFailed(exc.format_message()) from None
+        took = (time.monotonic() - start) * 1000
+        return f"registered as {self.client.hostname} in {took:.0f} ms"
+
+    def round_trip(self) -> str:
+        client = self.client
+        key = f"mcl2-doctor/{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        value = secrets.token_bytes(ROUND_TRIP_BYTES)
+        start = time.monotonic()
+        try:
+            client.put(key, value)
+        except Exception as exc:
+            raise CheckFailed(f"put of {key} failed: {_store_error(exc)}") from None
+        try:
+            got = client.get(key)
+            if got != value:
+                raise CheckFailed(f"get of {key} returned {_describe(got)}, not what was put")
+            if not client.exists(key):
+                raise CheckFailed(f"exists of {key} said false right after the put")
+        finally:
+            removed = _remove_quietly(client, key)
+        if not removed:
+            raise CheckFailed(f"could not remove the temporary key {key}")
+        if client.exists(key):
+            raise CheckFailed(f"{key} still exists after its removal")
+        took = (time.monotonic() - start) * 1000
+        return f"put / get / exists / rm of {ROUND_TRIP_BYTES} bytes in {took:.0f} ms"
+
+    def versions(self) -> str:
+        import mooncake_cffi
+        from mooncake_cffi._binding import ABI_VERSION, ffi, lib
+
+        shim = ffi.string(lib.mcs_version_string()).decode()
+        if shim != mooncake_cffi.__version__ or lib.mcs_abi_version() != ABI_VERSION:
+            raise CheckFailed(
+                f"the shim is {shim} (ABI {lib.mcs_abi_version()}), the package "
+                f"{mooncake_cffi.__version__} (ABI {ABI_VERSION}): reinstall mooncake-cffi"
+            )
+        wheel, installed, wanted = _wheel_versions()
+        if installed is None:
+            raise CheckFailed("no Mooncake wheel is installed (install mooncake-cffi[cpu|cuda])")
+        if wanted is not None and installed != wanted:
+            raise CheckFailed(f"{wheel} {installed} is installed, mooncake-cffi wants {wanted}")
+        return f"mooncake-cffi {mooncake_cffi.__version__}, shim {shim}, {wheel} {installed}"
+
+
+def _connect(addr: str, timeout: float, what: str) -> None:
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except ValueError:
+        raise CheckFailed(f"{what}: {addr!r} is not HOST:PORT") from None
+    except TimeoutError:
+        raise CheckFailed(f"{what} {addr}: no answer within {timeout:g} s") from None
+    except OSError as exc:
+        raise CheckFailed(f"{what} {addr}: {exc.strerror or exc}") from None
+
+
+def _metadata_prefix() -> str:
+    from mooncake_cffi._metadata import key_prefix
+
+    return key_prefix()
+
+
+def _metadata_has(meta: str, key: str, doctor: Doctor) -> bool:
+    url = f"{meta}{'&' if '?' in meta else '?'}key={urllib.parse.quote(key, safe='')}"
+    try:
+        with _HTTP.open(url, timeout=doctor.settings.connect_timeout) as response:
+            response.read()
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _store_error(exc: BaseException) -> str:
+    name = getattr(exc, "name", None)
+    text = f"{name}: {getattr(exc, 'message', None) or exc}" if name else str(exc)
+    if name in ("TRANSFER_FAIL", "RPC_FAIL", "RPC_TIMEOUT"):
+        text += " (a storage node may be down: the master keeps its segment ~10 s after)"
+    elif name == "NO_AVAILABLE_HANDLE":
+        text += " (the segments are full)"
+    return text
+
+
+def _describe(value: bytes | None) -> str:
+    return "nothing (missing)" if value is None else f"{len(value)} other bytes"
+
+
+def _remove_quietly(client: Any, key: str) -> bool:
+    try:
+        client.remove(key, force=True)
+        return True
+    except Exception:
+        return False
+
+
+def _wheel_versions() -> tuple[str, str | None, str | None]:
+    """(wheel name, installed version or None, version mooncake-cffi pins or None)."""
+    from importlib import metadata
+
+    pins: dict[str, str] = {}
+    try:
+        for req in metadata.requires("mooncake-cffi") or []:
+            spec = req.split(";")[0].strip()
+            if "==" in spec:
+                name, _, version = spec.partition("==")
+                pins[name.strip()] = version.strip()
+    except metadata.PackageNotFoundError:
+        pass
+    for wheel in ("mooncake-transfer-engine-non-cuda", "mooncake-transfer-engine"):
+        try:
+            return wheel, metadata.version(wheel), pins.get(wheel)
+        except metadata.PackageNotFoundError:
+            continue
+    return "mooncake-transfer-engine", None, None
+
+
+@admin_command(json_help="Print {ok, checks: [{check, status, detail}]} as JSON.")
+@pass_settings
+def doctor(settings: Settings) -> None:
+    """Check, in order, that the cluster works; one line per check (ok, FAIL
+    and why, or skip when a check it needs failed):
+
+    \b
+      master RPC        the master's RPC port accepts connections
+      admin API         /health on the admin port says ok
+      metadata server   it answers, and knows every mounted segment
+      segments          at least one storage segment is mounted, all OK
+      client setup      a Mooncake client can be set up
+      round trip        put / get / exists / rm of a temporary key (removed)
+      versions          shim and Mooncake wheel match what the package expects
+
+    Exits with status 0 when every check passes, 1 otherwise. An unreachable
+    master fails within --connect-timeout. A storage node that died shows as
+    a failed round trip (TRANSFER_FAIL) until the master drops its segment,
+    about 10 s later; then `segments` fails.
+    """
+    settings.accept_broken_local = True  # a half-dead local cluster is what to diagnose
+    d = Doctor(settings)
+    d.run("master RPC", d.master_rpc)
+    d.run("admin API", d.admin_api, needs=("master RPC",))
+    d.run("metadata server", d.metadata_server, needs=("master RPC",))
+    d.run("segments", d.segments_mounted, needs=("admin API",))
+    d.run("client setup", d.client_setup, needs=("master RPC", "metadata server"))
+    d.run("round trip", d.round_trip, needs=("client setup",))
+    d.run("versions", d.versions)
+    ok = not d.failed
+    if settings.json:
+        settings.emit_json({"ok": ok, "checks": d.results})
+    elif not settings.quiet:
+        failed = len(d.failed)
+        click.echo(
+            "all checks passed" if ok else f"{failed} check{'s' if failed != 1 else ''} not passed"
+        )
+    if not ok:
+        click.get_current_context().exit(EXIT_ERROR)
