@@ -99,6 +99,9 @@ class ClientHandle:
         if register_l1 is None:
             register_l1 = protocol == "rdma"
         self._l1_cdata = None
+        self._l1_obj = l1
+        self._l1_block_size = l1_block_size
+        self._staging: Any = None
         if register_l1:
             if l1 is None:
                 raise ValueError(
@@ -193,6 +196,8 @@ class ClientHandle:
                 return
             self._closed = True
             handle = self._handle
+        if self._staging is not None:
+            self._staging.close()
         # In a forked child the shim only marks the parent's client closed.
         lib.mcs_client_close(handle)
         _live.discard(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import status
 from ._binding import ffi, lib
 from .errors import check
 
@@ -18,7 +19,7 @@ __all__ = ["LANES", "OPS", "LANE_OPS", "lane_stats", "op_stats"]
 LANES = ("lookup", "retrieve", "store", "delete", "shared")
 #: Operation names, in the shim's order (enum mcs_op).
 OPS = ("exists", "get", "put", "upsert", "remove", "size", "get_buffer")
-#: Which operations each lane serves.
+#: Which operations each lane serves (a lane without workers of its own still counts them).
 LANE_OPS = {
     "lookup": ("exists", "size"),
     "retrieve": ("get", "get_buffer"),
@@ -64,6 +65,9 @@ def op_stats(handle: Any) -> dict[str, dict[str, Any]]:
         check(lib.mcs_client_op_stats(handle, code, st))
         rec: dict[str, Any] = {f: getattr(st, f) for f in _OP_FIELDS}
         rec["buckets"] = list(st.buckets)
+        rec["failures"] = {
+            status.name(code): keys for code, keys in zip(st.error_codes, st.error_keys) if keys
+        }
         out[name] = rec
     return out
 
@@ -91,11 +95,24 @@ def lane_stats(handle: Any) -> dict[str, dict[str, Any]]:
         st.struct_size = ffi.sizeof("struct mcs_lane_stats")
         check(lib.mcs_client_lane_stats(handle, i, st))
         rec: dict[str, Any] = {f: getattr(st, f) for f in _LANE_FIELDS}
-        if rec["workers"] == 0 and name != "shared":
+        if name != "shared":
             ops = ops or op_stats(handle)
             mine = [ops[o] for o in LANE_OPS[name]]
-            calls = sum(o["calls"] for o in mine)
+            rec["bytes"] = sum(o["bytes"] for o in mine)
+            failures: dict[str, int] = {}
+            for o in mine:
+                for err, keys in o["failures"].items():
+                    failures[err] = failures.get(err, 0) + keys
+            rec["failures"] = failures
             buckets = [sum(col) for col in zip(*(o["buckets"] for o in mine))]
+            running = 0
+            cumulative = []
+            for i, c in enumerate(buckets[:-1]):
+                running += c
+                cumulative.append((float(2**i), running))
+            rec["latency_buckets"] = cumulative  # [(upper edge in us, batches under it)]
+        if rec["workers"] == 0 and name != "shared":
+            calls = sum(o["calls"] for o in mine)
             rec.update(
                 served_by="shared",
                 submitted=calls,

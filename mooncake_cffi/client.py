@@ -25,9 +25,12 @@ from ._marshal import (
     results_list,
 )
 from ._plans import batch_get_plan, gather_values
-from .errors import check, error_for
+from .errors import L1Error, check, error_for
+from .namespace import Namespace
+from .staging import Staging
 from .status import (
     INVALID_PARAMS,
+    MCS_E_STATE,
     MCS_E_TIMEOUT,
     OBJECT_NOT_FOUND,
     describe,
@@ -50,6 +53,8 @@ _REMOVE, _SIZE, _GET_BUFFER = _OP["remove"], _OP["size"], _OP["get_buffer"]
 _FLAG_FORCE = lib.MCS_FLAG_FORCE
 _FLAG_SKIP_EXISTING = lib.MCS_FLAG_SKIP_EXISTING
 _SCRATCH_BYTES = 256 * 1024
+#: lookup_prefix asks at least this many keys first.
+PREFIX_FIRST_WINDOW = 16
 _COMPLETION_SIZE = ffi.sizeof("struct mcs_completion")
 
 
@@ -128,6 +133,56 @@ class Client(BlockingCalls):
     manager, or call :meth:`close`.  A client cannot be used in a forked child.
     """
 
+    # ------------------------------------------------------------- storing
+
+    def _store(
+        self,
+        op: int,
+        keys: list[Any],
+        values: list[Any],
+        flags: int,
+        replicate_config: Any,
+        timeout: Any,
+    ) -> list[int]:
+        """Puts and upserts of bytes-like values: straight from the values, or with
+        L1 registered, copied through the L1 staging area."""
+        if self._l1_cdata is None:
+            return self._run(
+                op, keys, values, flags=flags, replicate_config=replicate_config, timeout=timeout
+            )
+        return self.staging.put(
+            keys,
+            values,
+            upsert=op == _UPSERT,
+            skip_existing=bool(flags & _FLAG_SKIP_EXISTING),
+            replicate_config=replicate_config,
+            timeout=self._staging_timeout(timeout),
+        )
+
+    def _staging_timeout(self, timeout: Any) -> float | None:
+        t = self.op_timeout if timeout is DEFAULT else timeout
+        return self.staging.timeout if t is None else t
+
+    @property
+    def staging(self) -> Staging:
+        """The L1 staging area the bytes APIs use when L1 is registered.
+
+        With an L1 region registered (RDMA), Mooncake moves data only to and from
+        that region: ``put`` / ``get`` / ``upsert`` / ``batch_*`` of bytes then copy
+        through slots of it (bounded, reused, thread-safe; a value larger than a
+        slot is refused with an error naming it).  Created on first use; raises
+        :class:`L1Error` when no L1 region is registered.
+        """
+        if self._staging is None:
+            if self._l1_cdata is None:
+                raise L1Error(MCS_E_STATE, "no L1 region is registered: nothing to stage through")
+            with self._lock:
+                if self._staging is None:
+                    self._staging = Staging(
+                        self, self._l1_obj, block_size=self._l1_block_size or None
+                    )
+        return self._staging
+
     # ---------------------------------------------------------- single key
 
     def put(
@@ -139,23 +194,14 @@ class Client(BlockingCalls):
         succeeds and the old value stays.  Use :meth:`upsert` to replace it, or
         :meth:`put_if_absent` to learn which happened.
         """
-        results = self._run(
-            _PUT, [key], [value], replicate_config=replicate_config, timeout=timeout
-        )
+        results = self._store(_PUT, [key], [value], 0, replicate_config, timeout)
         self._key_errors([key], results, (), [nbytes(value)])
 
     def put_if_absent(
         self, key: str | bytes, value: Any, *, replicate_config: Any = None, timeout: Any = DEFAULT
     ) -> bool:
         """Store ``value`` unless ``key`` exists; True if written, False if it existed."""
-        results = self._run(
-            _PUT,
-            [key],
-            [value],
-            flags=_FLAG_SKIP_EXISTING,
-            replicate_config=replicate_config,
-            timeout=timeout,
-        )
+        results = self._store(_PUT, [key], [value], _FLAG_SKIP_EXISTING, replicate_config, timeout)
         self._key_errors([key], results, (), [nbytes(value)])
         return results[0] != EXISTED
 
@@ -163,9 +209,7 @@ class Client(BlockingCalls):
         self, key: str | bytes, value: Any, *, replicate_config: Any = None, timeout: Any = DEFAULT
     ) -> None:
         """Store ``value`` under ``key``, replacing any existing value."""
-        results = self._run(
-            _UPSERT, [key], [value], replicate_config=replicate_config, timeout=timeout
-        )
+        results = self._store(_UPSERT, [key], [value], 0, replicate_config, timeout)
         self._key_errors([key], results, (), [nbytes(value)])
 
     def get(self, key: str | bytes, *, timeout: Any = DEFAULT) -> bytes | None:
@@ -228,13 +272,9 @@ class Client(BlockingCalls):
         ones get :data:`EXISTED` (1) instead of being sent.  Negative statuses
         are Mooncake error codes (see :func:`mooncake_cffi.error_name`).
         """
-        return self._run(
-            _PUT,
-            as_list(keys),
-            as_list(values, "values"),
-            flags=_FLAG_SKIP_EXISTING if skip_existing else 0,
-            replicate_config=replicate_config,
-            timeout=timeout,
+        flags = _FLAG_SKIP_EXISTING if skip_existing else 0
+        return self._store(
+            _PUT, as_list(keys), as_list(values, "values"), flags, replicate_config, timeout
         )
 
     def batch_upsert(
@@ -246,12 +286,8 @@ class Client(BlockingCalls):
         timeout: Any = DEFAULT,
     ) -> list[int]:
         """Like :meth:`batch_put` but replaces existing values; per-key status."""
-        return self._run(
-            _UPSERT,
-            as_list(keys),
-            as_list(values, "values"),
-            replicate_config=replicate_config,
-            timeout=timeout,
+        return self._store(
+            _UPSERT, as_list(keys), as_list(values, "values"), 0, replicate_config, timeout
         )
 
     def batch_get(
@@ -262,9 +298,58 @@ class Client(BlockingCalls):
         One round trip in the common case: Mooncake reads the values into its
         local buffer (``local_buffer_size``) and they are copied out once.  Keys
         that did not fit there are sized and read separately; a value replaced by
-        a larger one meanwhile is still read whole.
+        a larger one meanwhile is still read whole.  With L1 registered, values
+        are read through the L1 staging area (:attr:`staging`).
         """
+        if self._l1_cdata is not None:
+            return self.staging.get(as_list(keys), timeout=self._staging_timeout(timeout))
         return self._drive(batch_get_plan(as_list(keys)), timeout)
+
+    def batch_size(
+        self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT
+    ) -> list[int | None]:
+        """Size in bytes of each key's value (None for a missing key), as one batch."""
+        keys = as_list(keys)
+        results = results_list(*self._keys_call(_SIZE, keys, 0, timeout))
+        self._key_errors(keys, results, (OBJECT_NOT_FOUND,))
+        return [None if r == OBJECT_NOT_FOUND else r for r in results]
+
+    def lookup_prefix(self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT) -> int:
+        """How many leading ``keys`` are stored: the index of the first missing one.
+
+        KV caches ask "how many leading chunks of this prompt are stored?".  The
+        keys are asked in key order in at most two lookups: first the first
+        ``max(16, n // 8)`` keys (128 of 1,024), and the rest only if all of those
+        are present.  An early miss therefore asks (and renews the read lease of)
+        only that first window; when every key is present the second lookup asks
+        the rest, for about one extra round trip over :meth:`batch_exists`
+        (bench/prefix.py measures both).  ``len(keys)`` when all are present; 0
+        for an empty sequence.
+        """
+        keys = as_list(keys)
+        n = len(keys)
+        first = min(n, max(PREFIX_FIRST_WINDOW, n // 8))
+        done = 0
+        for window in (keys[:first], keys[first:]):
+            if not window:
+                break
+            res, m = self._keys_call(_EXISTS, window, 0, timeout)
+            found = exists_list(res, m)
+            if found is None:  # some key failed: raise its error
+                self._key_errors(window, results_list(res, m))
+                raise AssertionError("unreachable")  # pragma: no cover
+            if False in found:
+                return done + found.index(False)
+            done += m
+        return done
+
+    def namespace(self, prefix: str | bytes) -> Namespace:
+        """A view of this client whose key methods work inside ``prefix``.
+
+        ``client.namespace("llama3-70b/fp16/v2/")`` prepends the prefix to every key
+        on the way in and strips it on the way out (see :class:`Namespace`).
+        """
+        return Namespace(self, prefix)
 
     def batch_exists(self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT) -> list[bool]:
         """Whether each key exists, looked up as one batch."""

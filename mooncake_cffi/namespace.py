@@ -7,9 +7,8 @@ naming convention on the client side: any client that knows the prefix reads and
 same keys, and nothing stops a client from writing outside it.  Mooncake's ``tenant_id`` setup
 key is a different mechanism; README.md ("Namespaces and tenant_id") compares the two.
 
-:func:`lookup_prefix` counts the leading keys of a sequence that are stored.  The namespace
-calls the client's own ``lookup_prefix`` when it has one, and this module's implementation over
-``batch_exists`` otherwise.
+``lookup_prefix`` counts the leading keys of a sequence that are stored, with the client's own
+:meth:`Client.lookup_prefix`.
 """
 
 from __future__ import annotations
@@ -20,49 +19,9 @@ from typing import Any
 from .errors import InvalidArgumentError
 from .status import MCS_E_INVALID_ARG
 
-__all__ = ["Namespace", "lookup_prefix"]
-
-#: Keys asked in the first ``batch_exists`` call of :func:`lookup_prefix`.
-LOOKUP_FIRST_WINDOW = 16
-#: Each further call of :func:`lookup_prefix` asks this many times more keys than the last.
-LOOKUP_GROWTH = 8
+__all__ = ["Namespace"]
 
 Key = str | bytes
-
-
-def lookup_prefix(
-    client: Any,
-    keys: Sequence[Key],
-    *,
-    first_window: int = LOOKUP_FIRST_WINDOW,
-    growth: int = LOOKUP_GROWTH,
-) -> int:
-    """How many leading ``keys`` are stored: the index of the first missing key.
-
-    Implemented over ``client.batch_exists`` in windows that grow geometrically: the first call
-    asks the first ``first_window`` keys, each next one ``growth`` times as many as the last
-    (16, 128, 1024, ... by default), always in key order, and the search stops at the first
-    window that holds a miss.  So when the miss comes early only a few keys are asked (and, as
-    an exists renews a key's read lease, only those leases are renewed); when every key is
-    present, 1,024 keys take 3 calls instead of one (each call costs a fixed ~0.1 ms on top of
-    ~1.3 us per key here: about 1.15x the time of one ``batch_exists``).  An empty ``keys``
-    gives 0 without a call.
-    """
-    keys = _as_key_list(keys)
-    if not isinstance(first_window, int) or first_window < 1:
-        raise ValueError("first_window must be a positive integer")
-    if not isinstance(growth, int) or growth < 1:
-        raise ValueError("growth must be a positive integer")
-    done = 0
-    window = first_window
-    while done < len(keys):
-        chunk = keys[done : done + window]
-        for i, present in enumerate(client.batch_exists(chunk)):
-            if not present:
-                return done + i
-        done += len(chunk)
-        window *= growth
-    return done
 
 
 def _as_key_list(keys: Any) -> list[Any]:
@@ -245,18 +204,10 @@ class Namespace:
     # -------------------------------------------------------------- lookup
 
     def lookup_prefix(self, keys: Sequence[Key]) -> int:
-        """How many leading ``keys`` are stored (the index of the first missing one).
-
-        Uses the client's ``lookup_prefix`` when it has one; otherwise this module's
-        :func:`lookup_prefix` over ``batch_exists`` (geometrically growing windows).
-        """
+        """How many leading ``keys`` are stored (the index of the first missing one), as
+        :meth:`Client.lookup_prefix` counts them."""
         full = self.keys(keys)
-        if not full:
-            return 0
-        native = getattr(self.client, "lookup_prefix", None)
-        if native is not None:
-            return native(full)
-        return lookup_prefix(self.client, full)
+        return self.client.lookup_prefix(full) if full else 0
 
     def __repr__(self) -> str:
         return f"<mooncake_cffi.Namespace {self._prefix!r} of {self.client!r}>"

@@ -234,6 +234,10 @@ struct mcs_op_stats {
     double sum_us;           /* total batch latency, submit to completion */
     uint64_t buckets[24];    /* latency histogram: bucket i counts batches
                                 under 2^i microseconds (the last: the rest) */
+    int32_t error_codes[16]; /* the first 16 distinct per-key errors seen ... */
+    uint64_t error_keys[16]; /* ... and how many keys failed with each
+                                (0 marks an unused slot); later new codes
+                                count in failed_keys only */
 };
 
 typedef struct mcs_client mcs_client;

@@ -21,7 +21,7 @@ from mooncake_cffi.admin import (
     admin_url_for_master,
     parse_prometheus,
 )
-from mooncake_cffi.cluster import LocalCluster
+from mooncake_cffi.cluster import LocalCluster, parse_size
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_segments_report_the_storage_node_capacity(
     segments = admin.segments()
     assert len(segments) == 1
     segment = segments[0]
-    assert segment.capacity_bytes == cluster.segment_bytes
+    assert segment.capacity_bytes == parse_size(cluster.segment_size)
     assert segment.status == "OK"
     assert segment.used_bytes is not None and 0 <= segment.used_bytes <= segment.capacity_bytes
     assert admin.segment_names() == [segment.name]
@@ -133,7 +133,7 @@ def test_metrics_summary_counts_the_keys_and_memory(
     put(client, [prefix + b"m1", prefix + b"m2"], b"y" * 1000)
     after = admin.metrics().summary()
     assert after["keys"] >= before["keys"] + 2
-    assert after["memory"]["capacity_bytes"] == cluster.segment_bytes
+    assert after["memory"]["capacity_bytes"] == parse_size(cluster.segment_size)
     assert after["memory"]["used_bytes"] >= before["memory"]["used_bytes"] + 2000
     assert after["requests"]["put"] >= before["requests"]["put"] + 2
     assert after["segments"] == 1

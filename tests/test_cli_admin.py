@@ -24,7 +24,7 @@ from mooncake_cffi.cli.errors import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_U
 
 from mooncake_cffi import Client
 from mooncake_cffi.admin import AdminClient
-from mooncake_cffi.cluster import LocalCluster
+from mooncake_cffi.cluster import LocalCluster, parse_size
 
 MCL2 = Path(sys.executable).with_name("mcl2")
 needs_console = pytest.mark.skipif(not MCL2.exists(), reason="mcl2 is not installed")
@@ -172,7 +172,7 @@ def test_segments_table_and_json(run, cluster: LocalCluster) -> None:
         "STATUS",
     ]
     (segment,) = json.loads(run("segments", "--json").stdout)
-    assert segment["capacity_bytes"] == cluster.segment_bytes
+    assert segment["capacity_bytes"] == parse_size(cluster.segment_size)
     assert segment["status"] == "OK"
     assert segment["name"] in table.stdout
 
@@ -205,7 +205,7 @@ def test_admin_defaults_to_the_local_cluster(cluster: LocalCluster) -> None:
         cli, ["segments", "--json"], env=clean_env(MCL2_STATE_DIR=str(cluster.state_dir))
     )
     assert result.exit_code == EXIT_OK, result.output
-    assert json.loads(result.stdout)[0]["capacity_bytes"] == cluster.segment_bytes
+    assert json.loads(result.stdout)[0]["capacity_bytes"] == parse_size(cluster.segment_size)
 
 
 def test_admin_defaults_to_port_9003_on_the_masters_host(tmp_path: Path) -> None:
@@ -320,8 +320,7 @@ def test_doctor_names_a_storage_node_that_is_down(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:
     local = make_cluster(segment_size="64MB").start()
-    os.kill(local.pids["storage"], signal.SIGKILL)
-    local._procs["storage"].wait(timeout=10)
+    local.kill("storage")  # SIGKILL, and reaped
     result = CliRunner().invoke(
         cli, ["doctor", "--json"], env=clean_env(MCL2_STATE_DIR=str(local.state_dir))
     )

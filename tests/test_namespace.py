@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 import mooncake_cffi.cluster as cluster_mod
+import mooncake_cffi.cluster._argv as cluster_argv
+import mooncake_cffi.cluster._common as cluster_common
 from mooncake_cffi import Client, InvalidArgumentError, MooncakeError
-from mooncake_cffi.namespace import Namespace, lookup_prefix
+from mooncake_cffi.namespace import Namespace
 from mooncake_cffi.status import TENANT_NOT_REGISTERED, TENANT_QUOTA_EXCEEDED
 
 
@@ -160,44 +162,35 @@ def test_lookup_prefix_counts_the_leading_stored_keys(client: Client, prefix: st
     assert ns.lookup_prefix(keys) == 25
 
 
-def test_lookup_prefix_asks_only_up_to_the_window_of_the_first_miss(
+def _exists_keys_asked(client: Client) -> int:
+    return client.op_stats()["exists"]["keys"]
+
+
+def test_lookup_prefix_asks_only_the_first_window_when_the_miss_is_early(
     client: Client, prefix: str
 ) -> None:
+    """Counted by the shim's own per-operation counters: the keys Mooncake was asked."""
     keys = [f"{prefix}c{i}" for i in range(1024)]
-    client.batch_put(keys[:100], [b"v"] * 100)
-    early = ExistsSpy(client)
-    assert lookup_prefix(early, keys[:1] + [f"{prefix}gap"] + keys[2:]) == 1
-    assert early.asked == [16]  # 16 keys asked instead of 1,024
-    late = ExistsSpy(client)
-    assert lookup_prefix(late, keys) == 100
-    assert late.asked == [16, 128]  # the miss at 100 lies in the window ending at 144
-    client.batch_put(keys[100:], [b"v"] * 924)
-    full = ExistsSpy(client)
-    assert lookup_prefix(full, keys) == 1024
-    assert full.asked == [16, 128, 880]
+    client.batch_put(keys[:600], [b"v"] * 600)
+    for miss_at, answer, asked in ((1, 1, 128), (64, 64, 128), (512, 512, 1024)):
+        probe = keys[:miss_at] + [f"{prefix}gap"] + keys[miss_at + 1 :]
+        before = _exists_keys_asked(client)
+        assert client.lookup_prefix(probe) == answer
+        assert _exists_keys_asked(client) - before == asked, miss_at
+    client.batch_put(keys[600:], [b"v"] * 424)
+    before = _exists_keys_asked(client)
+    assert client.lookup_prefix(keys) == 1024
+    assert _exists_keys_asked(client) - before == 1024  # two lookups: 128, then 896
+    assert client.lookup_prefix([]) == 0
 
 
-def test_lookup_prefix_prefers_the_clients_own_method(client: Client, prefix: str) -> None:
-    class WithNative(ExistsSpy):
-        def __init__(self, client: Client) -> None:
-            super().__init__(client)
-            self.native_calls: list[list[Any]] = []
-
-        def lookup_prefix(self, keys: list[Any]) -> int:
-            self.native_calls.append(keys)
-            return lookup_prefix(self.client, keys)
-
-    spy = WithNative(client)
-    ns = Namespace(spy, prefix)
-    assert ns.lookup_prefix(["a", "b"]) == 0
-    assert spy.native_calls == [[prefix + "a", prefix + "b"]] and spy.asked == []
-
-
-def test_lookup_prefix_rejects_bad_windows(client: Client) -> None:
-    with pytest.raises(ValueError, match="first_window"):
-        lookup_prefix(client, ["a"], first_window=0)
+def test_namespace_lookup_prefix_is_the_clients(client: Client, prefix: str) -> None:
+    ns = Namespace(client, prefix)
+    ns.batch_put(["a"], [b"v"])
+    assert ns.lookup_prefix(["a", "b"]) == 1
+    assert ns.lookup_prefix([]) == 0
     with pytest.raises(TypeError, match="single str"):
-        lookup_prefix(client, "abc")
+        client.lookup_prefix("abc")
 
 
 # ------------------------------------------------------------------ tenant_id
@@ -224,16 +217,17 @@ def multi_tenant_cluster(
         "version: 1\ntenants:\n  - name: alpha\n    quota: 32MB\n  - name: beta\n    quota: 32MB\n"
     )
     real = cluster_mod.find_binary
+    master = cluster_common.MASTER_BINARY
     wrapper = tmp_path / "mooncake_master_multi_tenant"
     wrapper.write_text(
-        f'#!/bin/sh\nexec "{real(cluster_mod.MASTER_BINARY)}" "$@" -enable_multi_tenants=true '
+        f'#!/bin/sh\nexec "{real(master)}" "$@" -enable_multi_tenants=true '
         f'-tenant_quota_connector_type=file "-tenant_quota_connector_uri={quotas}"\n'
     )
     wrapper.chmod(0o755)
     monkeypatch.setattr(
-        cluster_mod,
+        cluster_argv,
         "find_binary",
-        lambda name: wrapper if name == cluster_mod.MASTER_BINARY else real(name),
+        lambda name: wrapper if name == master else real(name),
     )
     local = make_cluster()
     local.start()

@@ -407,6 +407,9 @@ int mcs_client_op_stats(mcs_client *c, int op, struct mcs_op_stats *out) {
         full.sum_us = o.sum_us;
         static_assert(sizeof full.buckets == sizeof o.buckets, "bucket count");
         std::memcpy(full.buckets, o.buckets, sizeof full.buckets);
+        static_assert(sizeof full.error_codes == sizeof o.error_codes, "error slots");
+        std::memcpy(full.error_codes, o.error_codes, sizeof full.error_codes);
+        std::memcpy(full.error_keys, o.error_keys, sizeof full.error_keys);
         write_sized(out, full, "struct mcs_op_stats");
         return MCS_OK;
     });

@@ -499,9 +499,29 @@ void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &
     }
 }
 
+void OpCounters::add_error(int code, uint64_t keys) {
+    for (int i = 0; i < kOpErrors; i++) {
+        if (error_keys[i] == 0) error_codes[i] = code;
+        if (error_codes[i] == code) {
+            error_keys[i] += keys;
+            return;
+        }
+    }
+}
+
 void Engine::count(const Batch &b, double us, bool failed) {
     uint64_t bytes = 0, failed_keys = 0, no_space = 0;
     const size_t n = b.keys.size();
+    // Per-key errors of this batch, most batches having none or one kind.
+    std::vector<std::pair<int, uint64_t>> errors;
+    auto note = [&errors](int code, uint64_t keys) {
+        for (auto &e : errors)
+            if (e.first == code) {
+                e.second += keys;
+                return;
+            }
+        errors.emplace_back(code, keys);
+    };
     if (b.status == 0) {
         for (size_t i = 0; i < n; i++) {
             int64_t r = b.results[i];
@@ -513,10 +533,12 @@ void Engine::count(const Batch &b, double us, bool failed) {
             } else if (!key_ok(r)) {
                 failed_keys++;
                 if (r == kNoAvailableHandle) no_space++;
+                note(int(r), 1);
             }
         }
     } else {
         failed_keys = n;
+        note(b.status, n);
     }
     int bucket = 0;
     if (us >= 1.0) bucket = std::min(kOpBuckets - 1, int(std::floor(std::log2(us))) + 1);
@@ -530,6 +552,7 @@ void Engine::count(const Batch &b, double us, bool failed) {
     o.no_space += no_space;
     o.sum_us += us;
     o.buckets[bucket]++;
+    for (auto &e : errors) o.add_error(e.first, e.second);
 }
 
 void Engine::complete(const std::shared_ptr<Batch> &b) {

@@ -12,6 +12,7 @@ namespace mcs {
 
 constexpr int kOps = MCS_OP_GET_BUFFER + 1;
 constexpr int kOpBuckets = 24;
+constexpr int kOpErrors = 16;
 
 // Per-operation counters (mcs_op_stats without the caller's struct_size).
 struct OpCounters {
@@ -19,6 +20,9 @@ struct OpCounters {
     uint64_t timeouts = 0, no_space = 0;
     double sum_us = 0;
     uint64_t buckets[kOpBuckets] = {};
+    int32_t error_codes[kOpErrors] = {};
+    uint64_t error_keys[kOpErrors] = {};
+    void add_error(int code, uint64_t keys);
 };
 
 class Engine {

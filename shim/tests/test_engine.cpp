@@ -759,6 +759,7 @@ void test_op_stats_count_fast_paths_and_real_failures() {
     f.engine->op_stats(MCS_OP_PUT, &p);
     CHECK(e.calls == 1 && e.keys == 1 && e.failed_calls == 0);  // a miss is no failure
     CHECK(p.calls == 1 && p.failed_calls == 1 && p.failed_keys == 1 && p.bytes == 1);
+    CHECK(p.error_codes[0] == -800 && p.error_keys[0] == 1 && p.error_keys[1] == 0);
     uint64_t total = 0;
     for (uint64_t c : p.buckets) total += c;
     CHECK(total == 1);
