@@ -6,7 +6,10 @@ helpers then serve it.  Nothing runs between scrapes: a scrape calls ``client.st
 per registered client, so a client pays nothing for metrics it is not asked for, and nothing
 at all unless this module is imported (``import mooncake_cffi`` does not import it).
 
-Every per-lane series has a ``lane`` label (``lookup``, ``retrieve``, ``store``, ``delete``,
+Per-operation series (``mooncake_cffi_op_*``, from ``Client.op_stats()``) carry ``lane`` and
+``op`` labels: calls, keys, failed calls, bytes, timeouts, keys refused for lack of space,
+failed keys by error name and a latency histogram.  Every per-lane series has a ``lane``
+label (``lookup``, ``retrieve``, ``store``, ``delete``,
 ``shared``); the lane says the operation (lookup: exists and size; retrieve: get; store: put and
 upsert; delete: remove; shared: the pool serving lanes without workers of their own).  The
 table :data:`FIELDS` maps ``stats()`` fields to metrics; fields ``stats()`` does not report are
@@ -38,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
 from .errors import MooncakeError
 
-__all__ = ["FIELDS", "Field", "ClientCollector", "register", "unregister"]
+__all__ = ["FIELDS", "OP_FIELDS", "Field", "ClientCollector", "register", "unregister"]
 
 _US = 1e-6  # stats() latencies are in microseconds; Prometheus wants seconds
 
@@ -84,6 +87,25 @@ FIELDS: tuple[Field, ...] = (
 
 #: Quantiles of the latency summary, from these stats() fields.
 QUANTILES: tuple[tuple[str, str], ...] = (("0.5", "p50_us"), ("0.9", "p90_us"), ("0.99", "p99_us"))
+
+#: op_stats() fields exposed per operation, with labels ``lane`` and ``op``.
+OP_FIELDS: tuple[Field, ...] = (
+    Field("calls", "mooncake_cffi_op_calls", "counter", "Calls (batches) of the operation"),
+    Field("keys", "mooncake_cffi_op_keys", "counter", "Keys in the operation's calls"),
+    Field("failed_calls", "mooncake_cffi_op_failed_calls", "counter",
+          "Calls whose caller saw a failure"),
+    Field("bytes", "mooncake_cffi_op_transferred_bytes", "counter",
+          "Bytes moved by the operation"),
+    Field("timeouts", "mooncake_cffi_op_timeouts", "counter",
+          "Calls that gave up waiting at their deadline"),
+    Field("no_space", "mooncake_cffi_op_no_space_keys", "counter",
+          "Keys refused with NO_AVAILABLE_HANDLE (the cluster's memory is full)"),
+)  # fmt: skip
+OP_FAILURES = "mooncake_cffi_op_failures"
+OP_DURATION = "mooncake_cffi_op_duration_seconds"
+#: Which lane serves each operation.
+OP_LANE = {"exists": "lookup", "size": "lookup", "get": "retrieve", "get_buffer": "retrieve",
+           "put": "store", "upsert": "store", "remove": "delete"}  # fmt: skip
 
 LATENCY = "mooncake_cffi_batch_latency_seconds"
 FAILURES = "mooncake_cffi_failures"
@@ -159,6 +181,17 @@ class ClientCollector(Collector):
             CounterMetricFamily(FAILURES, "Failed keys by error name", labels=[*labels, "error"])
         )
         fams.append(HistogramMetricFamily(LATENCY_HISTOGRAM, "Batch latency", labels=labels))
+        op_labels = ["lane", "op", *extra]
+        for f in OP_FIELDS:
+            fams.append(CounterMetricFamily(f.name, f.help, labels=op_labels))
+        fams.append(
+            CounterMetricFamily(
+                OP_FAILURES, "Failed keys by operation and error name", labels=[*op_labels, "error"]
+            )
+        )
+        fams.append(
+            HistogramMetricFamily(OP_DURATION, "Call latency by operation", labels=op_labels)
+        )
         return fams
 
     def collect(self) -> Iterator[Metric]:
@@ -179,6 +212,16 @@ class ClientCollector(Collector):
             for lane, st in stats.items():
                 values = [lane, *(labels[k] for k in extra)]
                 self._add_lane(fams, seen, values, dict(zip(["lane", *extra], values)), st)
+            op_stats = getattr(client, "op_stats", None)
+            if op_stats is not None:
+                try:
+                    ops = op_stats()
+                except MooncakeError:
+                    continue
+                for op, st in ops.items():
+                    self._add_op(
+                        fams, seen, [OP_LANE.get(op, ""), op, *(labels[k] for k in extra)], st
+                    )
         for name, fam in fams.items():
             if name in seen:
                 yield fam
@@ -219,6 +262,28 @@ class ClientCollector(Collector):
             total = (mean or 0.0) * (completed or 0) * _US
             fams[LATENCY_HISTOGRAM].add_metric(values, edges, total)
             seen.add(LATENCY_HISTOGRAM)
+
+    @staticmethod
+    def _add_op(
+        fams: dict[str, Metric], seen: set[str], values: list[str], st: Mapping[str, Any]
+    ) -> None:
+        for f in OP_FIELDS:
+            v = st.get(f.stat)
+            if v is not None:
+                fams[f.name].add_metric(values, float(v))
+                seen.add(f.name)
+        for error, count in (st.get("failures") or {}).items():
+            fams[OP_FAILURES].add_metric([*values, str(error)], float(count))
+            seen.add(OP_FAILURES)
+        buckets = st.get("buckets")  # batches under 2**i microseconds; the last: the rest
+        if buckets:
+            edges, running = [], 0
+            for i, c in enumerate(buckets[:-1]):
+                running += c
+                edges.append((f"{2**i * _US:.9g}", float(running)))
+            edges.append(("+Inf", float(running + buckets[-1])))
+            fams[OP_DURATION].add_metric(values, edges, float(st.get("sum_us", 0.0)) * _US)
+            seen.add(OP_DURATION)
 
 
 _lock = threading.Lock()

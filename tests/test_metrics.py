@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -169,3 +170,22 @@ def test_fields_that_stats_may_report_later_become_metrics(client: Client) -> No
     assert got[(hist + "_bucket", lane("store", le="0.0001"))] == 1
     assert got[(hist + "_bucket", lane("store", le="+Inf"))] == completed
     assert got[(hist + "_count", lane("store"))] == completed
+
+
+def test_per_operation_series_match_op_stats(cluster) -> None:
+    """mooncake_cffi_op_* series carry lane and op labels and equal Client.op_stats()."""
+    from mooncake_cffi import Client, metrics
+
+    registry = CollectorRegistry()
+    with Client(cluster.client_config()) as client:
+        metrics.register(client, registry)
+        key = f"op-metrics-{os.getpid()}"
+        client.put(key, b"0123456789")
+        client.batch_exists([key, key + "-missing"])
+        assert client.get(key) == b"0123456789"
+        text = generate_latest(registry).decode()
+        ops = client.op_stats()
+    calls = float(ops["exists"]["calls"])
+    assert f'mooncake_cffi_op_calls_total{{lane="lookup",op="exists"}} {calls}' in text
+    assert 'mooncake_cffi_op_transferred_bytes_total{lane="store",op="put"} 10.0' in text
+    assert 'mooncake_cffi_op_duration_seconds_bucket{lane="retrieve",le="+Inf",op="get"} 1.0' in text
