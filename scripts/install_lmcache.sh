@@ -25,8 +25,10 @@ python=${PYTHON:-python3}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/mooncake-cffi
 venv=${MOONCAKE_CFFI_LMCACHE_VENV:-$cache/venv-lmcache-$lmcache_version}
 
-# The system libraries Mooncake needs, and the main virtualenv's checks.
-./scripts/install.sh >&2
+# The system libraries Mooncake needs come with scripts/install.sh (run it when one is missing).
+for lib in libibverbs.so.1 libnuma.so.1 libcurl.so.4; do
+    if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then ./scripts/install.sh >&2; break; fi
+done
 
 installed() {
     "$venv/bin/python" - "$lmcache_version" <<'PY' 2>/dev/null
