@@ -1,0 +1,215 @@
+"""LMCache's ``lmcache bench l2`` through our plugins against our own Client, same run.
+
+Each repetition runs, in turn (the order rotates each repetition):
+
+* ``plugin``        - ``lmcache bench l2`` with ``"type": "plugin"`` (MooncakeL2Adapter);
+* ``native_plugin`` - ``lmcache bench l2`` with ``"type": "native_plugin"`` (LMCache's
+  NativeConnectorL2Adapter over MooncakeConnector);
+* ``client``        - our ``Client.put_from`` / ``batch_exists`` / ``get_into`` on the
+  same number of keys of the same size, with the same rounds: the baseline.
+
+``lmcache bench l2`` times each round from the first submit to the last completion it sees
+(store, lookup with every key present, load), after ``--warmup-rounds``; the client rounds
+are timed the same way around one blocking call.  Each run stores under fresh keys, and its
+keys are force-removed afterwards (untimed), so stores always move data.  Throughput is
+MiB/s per round, averaged over rounds; the ratio plugin / client is the figure to watch
+(target >= 0.9).  Lookup latency is the duration of one lookup round of ``--num-keys`` keys.
+
+Run with the LMCache virtualenv's python (``scripts/install_lmcache.sh`` prints its path):
+
+    $(scripts/install_lmcache.sh | tail -1)/bin/python bench/lmcache_l2.py
+    .../bin/python bench/lmcache_l2.py --quick
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    Arena,
+    MiB,
+    banner,
+    cluster,
+    our_client,
+    parser,
+    pc,
+    ratio,
+    table,
+    warm_segment,
+    write_json,
+)
+
+LMCACHE = Path(sys.executable).with_name("lmcache")
+ENV = dict(os.environ, LMCACHE_DISABLE_BANNER="1", PYTHONWARNINGS="ignore")
+KINDS = {"plugin": "MooncakeL2Adapter", "native_plugin": "MooncakeConnector"}
+
+
+def lmcache_bench(local: Any, kind: str, prefix: str, args: Any) -> dict[str, Any]:
+    """One ``lmcache bench l2`` run; its JSON result by operation name."""
+    spec = {
+        "type": kind,
+        "module_path": "mooncake_cffi.lmcache",
+        "class_name": KINDS[kind],
+        "adapter_params": local.client_config(key_prefix=prefix),
+    }
+    cmd = [
+        str(LMCACHE),
+        "bench",
+        "l2",
+        "--l2-adapter",
+        json.dumps(spec),
+        "--num-keys",
+        str(args.num_keys),
+        "--data-size-kb",
+        str(args.value_kb),
+        "--rounds",
+        str(args.rounds),
+        "--warmup-rounds",
+        "1",
+        "--lookup-max-hit-rate",
+        "1.0",
+        "--format",
+        "json",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"lmcache bench l2 ({kind}) failed:\n{done.stdout}\n{done.stderr}")
+    text = done.stdout[done.stdout.index('{\n  "title"') :]
+    metrics = json.JSONDecoder().raw_decode(text)[0]["metrics"]
+    ops = {v["operation"].lower(): v for k, v in metrics.items() if k.startswith("op_")}
+    for op in ("store", "load"):
+        expected = ops[op]["total_keys"]
+        if ops[op]["total_success"] != expected:
+            raise SystemExit(f"{kind}: {op} succeeded for {ops[op]['total_success']}/{expected}")
+    return {
+        "store_mibps": ops["store"]["throughput_avg_mbps"],
+        "load_mibps": ops["load"]["throughput_avg_mbps"],
+        "lookup_p50_ms": ops["lookup"]["duration_p50_ms"],
+        "lookup_p99_ms": ops["lookup"]["duration_p99_ms"],
+        "lookup_found": ops["lookup"]["total_success"] / ops["lookup"]["total_keys"],
+    }
+
+
+def client_bench(local: Any, prefix: str, args: Any) -> dict[str, Any]:
+    """The same rounds through our Client: put_from, batch_exists, get_into."""
+    size = args.value_kb * 1024
+    n = args.num_keys
+    src, dst = Arena(n, size), Arena(n, size, fill=0)
+    rounds = args.rounds + 1  # one warm-up round, as lmcache bench l2 does
+    names = [[f"{prefix}client@{r}@{i}" for i in range(n)] for r in range(rounds)]
+    store, lookup, load = [], [], []
+    with our_client(local) as client:
+        for r in range(rounds):
+            t = pc()
+            status = client.put_from(names[r], src.views())
+            store.append(pc() - t)
+            assert all(s == 0 for s in status), status
+        for r in range(rounds):
+            t = pc()
+            found = client.batch_exists(names[r])
+            lookup.append(pc() - t)
+            assert all(found)
+        for r in range(rounds):
+            t = pc()
+            got = client.get_into(names[r], dst.views())
+            load.append(pc() - t)
+            assert got == [size] * n, got[:4]
+        assert bytes(dst.buf[:size]) == bytes(src.buf[:size])
+
+    def mibps(samples: list[float]) -> float:
+        return statistics.mean(n * size / MiB / s for s in samples[1:])
+
+    ms = sorted(s * 1e3 for s in lookup[1:])
+    return {
+        "store_mibps": mibps(store),
+        "load_mibps": mibps(load),
+        "lookup_p50_ms": ms[len(ms) // 2],
+        "lookup_p99_ms": ms[-1],
+        "lookup_found": 1.0,
+    }
+
+
+def remove_prefix(local: Any, prefix: str) -> None:
+    with urllib.request.urlopen(local.metrics_url + "/get_all_keys", timeout=10) as r:
+        keys = [k for k in r.read().decode().split() if k.startswith(prefix)]
+    if keys:
+        with our_client(local) as client:
+            for i in range(0, len(keys), 256):
+                client.batch_remove(keys[i : i + 256], force=True)
+
+
+def main() -> None:
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=3, help="repetitions of each variant")
+    p.add_argument("--num-keys", type=int, default=64, help="keys per batch (one batch a round)")
+    p.add_argument("--value-kb", type=int, default=1024, help="KiB per value")
+    p.add_argument("--rounds", type=int, default=5, help="measured rounds per operation")
+    args = p.parse_args()
+    if args.quick:
+        args.reps, args.rounds, args.num_keys, args.value_kb = 1, 2, 16, 256
+    if not LMCACHE.exists():
+        raise SystemExit(f"no lmcache next to {sys.executable}: run with the LMCache venv")
+    info = banner("lmcache_l2", args)
+    variants = ["plugin", "native_plugin", "client"]
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    with cluster(args.segment) as local:
+        with our_client(local) as warm:
+            warm_segment(warm, 2 * args.num_keys * args.value_kb * 1024 * (args.rounds + 1))
+        for rep in range(args.reps):
+            order = variants[rep % 3 :] + variants[: rep % 3]
+            for v in order:
+                prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+                result = (
+                    client_bench(local, prefix, args)
+                    if v == "client"
+                    else lmcache_bench(local, v, prefix, args)
+                )
+                runs[v].append(result)
+                remove_prefix(local, prefix)
+                print(f"rep {rep} {v}: {result}", flush=True)
+
+    def avg(v: str, field: str) -> float:
+        return statistics.mean(r[field] for r in runs[v])
+
+    rows = []
+    for v in variants:
+        rows.append(
+            [
+                v,
+                avg(v, "store_mibps"),
+                ratio(avg(v, "store_mibps"), avg("client", "store_mibps")),
+                avg(v, "load_mibps"),
+                ratio(avg(v, "load_mibps"), avg("client", "load_mibps")),
+                avg(v, "lookup_p50_ms"),
+                avg(v, "lookup_p99_ms"),
+            ]
+        )
+    table(
+        [
+            "variant",
+            "store MiB/s",
+            "x client",
+            "load MiB/s",
+            "x client",
+            "lookup p50 ms",
+            "lookup p99 ms",
+        ],
+        rows,
+        title=(
+            f"{args.num_keys} keys x {args.value_kb} KiB a batch, {args.rounds} rounds, "
+            f"{args.reps} reps (lookup: one batch of {args.num_keys} keys)"
+        ),
+    )
+    write_json("lmcache_l2", {"args": vars(args) | {"out": None}, "runs": runs}, args.out, info)
+
+
+if __name__ == "__main__":
+    main()
