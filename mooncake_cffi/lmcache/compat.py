@@ -118,7 +118,7 @@ def check_lmcache_version() -> str:
     Warns with :class:`UntestedLMCacheWarning` for an untested release whose interface
     matches.
     """
-    require_lmcache("mooncake_cffi.lmcache.MooncakeL2Adapter")
+    require_lmcache("mooncake_cffi.lmcache's LMCache plugins")
     try:
         installed = version("lmcache")
     except PackageNotFoundError:

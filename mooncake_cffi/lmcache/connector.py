@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,7 @@ from ..status import (
     SHIM_BASE,
 )
 from ..status import name as status_name
+from .compat import check_lmcache_version
 from .failure_log import FailureLog, logger
 from .params import parse_adapter_params
 
@@ -93,11 +95,15 @@ class MooncakeConnector:
     Raises:
         ValueError: a bad ``adapter_params`` value, named; a missing L1 region with rdma
             (before any network traffic).
+        LMCacheVersionError: created inside an LMCache whose plugin interface differs
+            from the tested releases'.
         MooncakeError: Mooncake's setup failed (e.g. ``TransportError`` for an
             unreachable master).
     """
 
     def __init__(self, *, l1: Any = None, **params: Any) -> None:
+        if "lmcache" in sys.modules:  # built by LMCache: check that its interface is the tested one
+            check_lmcache_version()
         parsed = parse_adapter_params(params)
         self._prefix = parsed.key_prefix
         self._lock = threading.Lock()
