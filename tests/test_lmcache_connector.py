@@ -22,7 +22,12 @@ import pytest
 
 from mooncake_cffi import UnknownConfigKeyWarning
 from mooncake_cffi.lmcache import MooncakeConnector
-from mooncake_cffi.status import MCS_E_CLOSED, MCS_E_DUPLICATE_KEY, MCS_E_OUTSIDE_L1
+from mooncake_cffi.status import (
+    MCS_E_CLOSED,
+    MCS_E_DUPLICATE_KEY,
+    MCS_E_OUTSIDE_L1,
+    NO_AVAILABLE_HANDLE,
+)
 from mooncake_cffi.status import name as status_name
 
 WAIT_S = 10.0
@@ -340,3 +345,15 @@ def test_the_plugin_adapter_says_how_to_install_lmcache_when_it_is_missing():
 
     with pytest.raises(ImportError, match=r"pip install 'mooncake-cffi\[cpu,lmcache\]'"):
         plugin.MooncakeL2Adapter  # noqa: B018
+
+
+def test_a_mooncake_failure_fails_the_batch_and_is_logged_by_name(make_cluster, caplog):
+    small = make_cluster(segment_size="32 MB").start()
+    with MooncakeConnector(**small.client_config()) as conn:
+        with caplog.at_level(logging.WARNING, logger="mooncake_cffi.lmcache"):
+            _id, ok, error, bools = one(conn, conn.submit_batch_set(["big"], [buf(64 << 20)]))
+        assert ok is False and bools is None
+        assert status_name(NO_AVAILABLE_HANDLE) in error
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 1 and status_name(NO_AVAILABLE_HANDLE) in warned[0]
+        assert one(conn, conn.submit_batch_exists(["big"]))[3] == [False]
