@@ -2,7 +2,7 @@
 # Installs PyPI's lmcache beside this package in a virtualenv of its own, for the
 # lmcache test tier (tests/test_lmcache_*.py run with it) and bench/lmcache_l2.py.
 #
-# lmcache brings torch, transformers, cupy and more (about 6 GB), so the virtualenv is
+# lmcache brings torch, transformers, cupy and more (2 GB with a CPU torch), so the virtualenv is
 # kept in a cache directory outside the work tree and reused while it holds the tested
 # lmcache version; only this package is reinstalled into it on each run (~30 s).
 # torch is installed first at the version whose CPU build lies in pip's local wheel
@@ -41,8 +41,11 @@ PY
 if [ -x "$venv/bin/python" ] && installed; then
     log "reusing $venv (lmcache $lmcache_version)"
 else
-    log "creating $venv with lmcache $lmcache_version (about 2 minutes, 6 GB)"
-    rm -rf "$venv"
+    log "creating $venv with lmcache $lmcache_version (about 2 minutes, 2 GB)"
+    if [ -e "$venv" ]; then
+        [ -f "$venv/pyvenv.cfg" ] || { echo "$venv exists and is no virtualenv" >&2; exit 1; }
+        rm -rf "$venv"
+    fi
     mkdir -p "$(dirname "$venv")"
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip >&2
