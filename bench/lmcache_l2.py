@@ -54,9 +54,10 @@ from _common import (
 LMCACHE = Path(sys.executable).with_name("lmcache")
 ENV = dict(os.environ, LMCACHE_DISABLE_BANNER="1", PYTHONWARNINGS="ignore")
 if "--omp-default" not in sys.argv:
-    # lmcache bench l2 zeroes its load buffers with torch right before each timed round; with
-    # more than one OpenMP thread, the idle ones spin afterwards and take a core (of two)
-    # from the transfer being timed.  One thread keeps that out of the figures.
+    # lmcache bench l2 zeroes its load buffers with torch right before each timed round; idle
+    # OpenMP threads may spin after that and take a core (of two) from the timed transfer.
+    # Not shown to matter here (the load gap was the buffers' page size, see TorchArena), but
+    # one thread keeps the possibility out of the figures.
     ENV["OMP_NUM_THREADS"] = "1"
 KINDS = {"plugin": "MooncakeL2Adapter", "native_plugin": "MooncakeConnector"}
 
