@@ -4,7 +4,10 @@
 #   2. the shim's C++ engine tests under ASan+UBSan and under TSan;
 #   3. the CLI smoke scripts against a local cluster;
 #   4. the Python integration suite once more with the shim under ASan;
-#   5. the pytest suite against real clusters started by its fixtures.
+#   5. the LMCache tier: PyPI lmcache in a virtualenv of its own, cached between runs
+#      (scripts/install_lmcache.sh), runs tests/test_lmcache_{upstream_cases,factory,cli}.py
+#      (skip with MOONCAKE_CFFI_SKIP_LMCACHE=1);
+#   6. the pytest suite against real clusters started by its fixtures.
 # Extra arguments go to the final pytest run (e.g. -k lease, -x).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +27,15 @@ step "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
 step "shim engine tests (TSan)" scripts/sanitize.sh tsan
 step "CLI smoke scripts" tests/smoke/run_all.sh
 step "integration tests under ASan" pytest -q -m asan tests/test_asan.py
+lmcache_tier() {
+    local venv
+    venv=$(scripts/install_lmcache.sh | tail -n 1) || return 1
+    LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
+        tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py tests/test_lmcache_cli.py
+}
+if [ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ]; then
+    step "LMCache tier (lmcache from PyPI)" lmcache_tier
+fi
 step "pytest suite" pytest -q "$@"
 
 echo

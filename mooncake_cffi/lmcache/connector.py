@@ -1,0 +1,345 @@
+"""``MooncakeConnector``: the native client behind LMCache's ``"type": "native_plugin"``.
+
+LMCache's ``NativeConnectorL2Adapter`` drives a "native client" through seven methods:
+``event_fd``, ``submit_batch_set`` / ``_get`` / ``_exists`` / ``_delete`` (each returns an
+int id at once), ``drain_completions`` (a list of ``(id, ok, error, per_key_bools)``) and
+``close``.  This class implements them on our :class:`mooncake_cffi.Client`: batches go to
+its per-operation lanes with ``Client.submit``, and its completion eventfd is what LMCache
+polls.  Nothing here imports LMCache.
+
+What LMCache relies on, and how it is kept:
+
+- A submit never raises (it runs under LMCache's adapter lock, in its controller threads).
+  A batch the client refuses (full lane, closed client, a key twice, a buffer outside the
+  registered L1 region, a bad buffer) becomes a failed completion; an empty batch an
+  empty, successful one.  Such completions are signalled through a second eventfd of our
+  own; ``event_fd()`` is an epoll descriptor over both, readable exactly while something
+  is waiting, so LMCache still polls one fd and ``drain_completions()`` leaves it
+  unreadable when nothing is left.
+- A load counts as a hit only when the stored value has exactly the buffer's size (a
+  layout change must not read as a hit); a missing key is a plain miss.
+- A delete forces past Mooncake's read lease (LMCache's eviction decides, not the lease)
+  and counts a missing key as deleted.
+- Every failure is logged by the connector, once, with Mooncake's error name
+  (:mod:`.failure_log`), since LMCache drops the error text.
+- Buffers: the client keeps the memoryviews and their cdata alive until the completion is
+  drained.  The memoryviews LMCache passes do not own their memory: the memory object
+  behind each must stay alive until its completion is drained, which LMCache's adapter
+  does (it holds its MemoryObjs until the task completes).  ``close()`` waits for accepted
+  batches, so no transfer writes into memory after it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ..client import Client, Completion
+from ..errors import MooncakeError
+from ..status import (
+    INVALID_PARAMS,
+    MCS_E_CLOSED,
+    MCS_E_INVALID_ARG,
+    OBJECT_NOT_FOUND,
+    SHIM_BASE,
+)
+from ..status import name as status_name
+from .compat import check_lmcache_version
+from .failure_log import FailureLog, logger
+from .params import parse_adapter_params
+
+__all__ = ["MooncakeConnector"]
+
+#: LMCache's name of each operation (for logs) -> our Client's op.
+_OPS = {"store": "put", "load": "get", "lookup": "exists", "delete": "remove"}
+
+DrainedCompletion = tuple[int, bool, str, "list[bool] | None"]
+
+
+class _Batch:
+    """What the connector must remember about a submitted batch to translate its completion."""
+
+    __slots__ = ("id", "kind", "keys", "sizes")
+
+    def __init__(self, id: int, kind: str, keys: list[str], sizes: list[int] | None) -> None:
+        self.id = id
+        self.kind = kind
+        self.keys = keys
+        self.sizes = sizes
+
+
+class MooncakeConnector:
+    """A native LMCache L2 connector over Mooncake Store.
+
+    LMCache builds it as ``MooncakeConnector(**adapter_params)`` from a
+    ``"type": "native_plugin"`` spec.  ``adapter_params`` is the JSON of LMCache's
+    ``mooncake_store`` adapter (``num_workers``, ``per_op_workers``, ``eviction``, and
+    Mooncake's setup keys, passed through as :class:`mooncake_cffi.StoreConfig` does), plus:
+
+    - ``queue_timeout`` (seconds a submit to a full lane waits, default 0: fail the batch
+      at once, since LMCache's submit must not block), ``queue_capacity``,
+      ``coalesce_keys``, ``tile_bytes``, ``tile_keys``, ``connect_timeout``,
+      ``register_l1``, ``l1_block_size``: the :class:`mooncake_cffi.Client` options;
+    - ``key_prefix``: prepended to every key (a namespace per deployment or test).
+
+    Args:
+        l1: a writable buffer to register with Mooncake as L1 memory (not a JSON key: the
+            ``"plugin"`` adapter passes LMCache's L1 region here).  Required with
+            ``protocol: rdma``; with tcp registered only when ``register_l1`` is true.
+        **params: ``adapter_params``.
+
+    Raises:
+        ValueError: a bad ``adapter_params`` value, named; a missing L1 region with rdma
+            (before any network traffic).
+        LMCacheVersionError: created inside an LMCache whose plugin interface differs
+            from the tested releases'.
+        MooncakeError: Mooncake's setup failed (e.g. ``TransportError`` for an
+            unreachable master).
+    """
+
+    def __init__(self, *, l1: Any = None, **params: Any) -> None:
+        if "lmcache" in sys.modules:  # built by LMCache: check that its interface is the tested one
+            check_lmcache_version()
+        parsed = parse_adapter_params(params)
+        self._prefix = parsed.key_prefix
+        self._lock = threading.Lock()
+        self._closed = False
+        self._next_id = 1
+        self._batches: dict[int, _Batch] = {}  # client id -> batch
+        self._ready: list[DrainedCompletion] = []  # completions made here, not by the client
+        self._failures = FailureLog()
+        self._client = Client(parsed.store, l1, **parsed.client_options)
+        try:
+            self._local_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._epoll = select.epoll()
+            self._epoll.register(self._client.fileno(), select.EPOLLIN)
+            self._epoll.register(self._local_fd, select.EPOLLIN)
+        except BaseException:
+            self._client.close()
+            raise
+
+    # ------------------------------------------------------------ LMCache's interface
+
+    def event_fd(self) -> int:
+        """A descriptor that polls readable exactly while completions wait (-1 once closed)."""
+        return -1 if self._closed else self._epoll.fileno()
+
+    def submit_batch_set(self, keys: Sequence[str], memoryviews: Sequence[Any]) -> int:
+        """Store each buffer under its key; the completion's ``ok`` says all were stored.
+
+        Mooncake keeps the first value written, so storing an existing key succeeds and
+        leaves the old value.
+        """
+        return self._submit("store", keys, memoryviews)
+
+    def submit_batch_get(self, keys: Sequence[str], memoryviews: Sequence[Any]) -> int:
+        """Read each key into its writable buffer; per key True only if the sizes match."""
+        return self._submit("load", keys, memoryviews)
+
+    def submit_batch_exists(self, keys: Sequence[str]) -> int:
+        """Look keys up; per key True if it exists (this renews Mooncake's read lease)."""
+        return self._submit("lookup", keys, None)
+
+    def submit_batch_delete(self, keys: Sequence[str]) -> int:
+        """Remove keys, forcing past read leases; per key True if removed or already absent."""
+        return self._submit("delete", keys, None)
+
+    def drain_completions(self) -> list[DrainedCompletion]:
+        """Finished batches as ``(id, ok, error, per_key_bools or None)``; never blocks.
+
+        Leaves :meth:`event_fd` unreadable when nothing is left.
+        """
+        with self._lock:
+            if self._closed:
+                done, self._ready = self._ready, []
+                return done
+            try:
+                os.eventfd_read(self._local_fd)
+            except BlockingIOError:
+                pass
+            done, self._ready = self._ready, []
+            while True:
+                try:
+                    batch = self._client.drain()
+                except MooncakeError as exc:  # cannot happen while open; never raise
+                    logger.error("Mooncake drain failed: %s: %s", exc.name, exc)
+                    break
+                for completion in batch:
+                    info = self._batches.pop(completion.id, None)
+                    if info is None:
+                        logger.error("completion for unknown Mooncake batch %d", completion.id)
+                        continue
+                    done.append(self._translate(info, completion))
+                if len(batch) < 1024:
+                    break
+        return done
+
+    def close(self) -> None:
+        """Let accepted batches finish, tear the client down and close the fds.  Idempotent.
+
+        Completions not drained by then are dropped (LMCache stops draining before it
+        closes its native client).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._client.close()
+        finally:
+            self._epoll.close()
+            os.close(self._local_fd)
+            with self._lock:
+                self._batches.clear()
+                self._ready.clear()
+
+    # ------------------------------------------------------------------ extras
+
+    @property
+    def client(self) -> Client:
+        """The underlying :class:`mooncake_cffi.Client` (for stats and tests)."""
+        return self._client
+
+    @property
+    def key_prefix(self) -> str:
+        """The prefix added to every key."""
+        return self._prefix
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Per-lane counters and latencies of the client (see ``Client.stats``)."""
+        return self._client.stats()
+
+    def __enter__(self) -> MooncakeConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<mooncake_cffi.lmcache.MooncakeConnector {state} prefix={self._prefix!r}>"
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _submit(self, kind: str, keys: Sequence[str], buffers: Sequence[Any] | None) -> int:
+        """Queue one batch and return its id; every refusal becomes a failed completion."""
+        try:
+            names = [self._prefix + k for k in keys] if self._prefix else list(keys)
+            bufs = list(buffers) if buffers is not None else None
+            sizes = [memoryview(b).nbytes for b in bufs] if bufs is not None else None
+        except Exception as exc:  # not a list of str / buffers: refuse, never raise
+            return self._refuse(kind, 0, type(exc).__name__, str(exc))
+        if bufs is not None and len(bufs) != len(names):
+            detail = f"{len(names)} keys but {len(bufs)} buffers"
+            return self._refuse(kind, len(names), status_name(MCS_E_INVALID_ARG), detail)
+        if not names:
+            with self._lock:
+                return self._post(True, "", [] if kind != "store" else None)
+        with self._lock:
+            if self._closed:
+                return self._post_failure(
+                    kind, len(names), status_name(MCS_E_CLOSED), "the connector is closed"
+                )
+            try:
+                cid = self._client.submit(_OPS[kind], names, bufs, force=(kind == "delete"))
+            except Exception as exc:
+                name = getattr(exc, "name", None) or type(exc).__name__
+                return self._post_failure(kind, len(names), name, str(exc))
+            own = self._take_id()
+            self._batches[cid] = _Batch(own, kind, names, sizes)
+            return own
+
+    def _refuse(self, kind: str, n: int, name: str, detail: str) -> int:
+        with self._lock:
+            return self._post_failure(kind, n, name, detail)
+
+    def _post_failure(self, kind: str, n: int, name: str, detail: str) -> int:
+        """A failed completion for a refused batch (call with the lock held)."""
+        self._failures.report(kind, name, f"batch of {n} keys refused: {detail}")
+        bools: list[bool] | None = None if kind == "store" else [False] * n
+        return self._post(False, detail if detail.startswith(name) else f"{name}: {detail}", bools)
+
+    def _post(self, ok: bool, error: str, bools: list[bool] | None) -> int:
+        """Queue a completion made here and signal it (call with the lock held)."""
+        own = self._take_id()
+        self._ready.append((own, ok, error, bools))
+        if not self._closed:
+            os.eventfd_write(self._local_fd, 1)
+        return own
+
+    def _take_id(self) -> int:
+        own = self._next_id
+        self._next_id += 1
+        return own
+
+    def _translate(self, info: _Batch, c: Completion) -> DrainedCompletion:
+        """LMCache's view of one of the client's completions (logs failures once)."""
+        results = c.results
+        if c.status <= SHIM_BASE or len(results) != len(info.keys):
+            # failed as a whole: per-key results carry nothing
+            name = status_name(c.status)
+            self._failures.report(info.kind, name, f"batch of {len(info.keys)} keys: {c.message}")
+            bools = None if info.kind == "store" else [False] * len(info.keys)
+            return info.id, False, f"{name}: {c.message}", bools
+        if info.kind == "load":
+            return self._translate_load(info, results)
+        if info.kind == "lookup":
+            bools = [r == 1 for r in results]
+        elif info.kind == "delete":
+            bools = [r == 0 or r == OBJECT_NOT_FOUND for r in results]
+        else:
+            bools = None
+        failed = [
+            (k, r)
+            for k, r in zip(info.keys, results)
+            if r < 0 and not (info.kind == "delete" and r == OBJECT_NOT_FOUND)
+        ]
+        if not failed:
+            return info.id, True, "", bools
+        error = self._describe(info, failed)
+        return info.id, False, error, bools
+
+    def _translate_load(self, info: _Batch, results: list[int]) -> DrainedCompletion:
+        sizes = info.sizes or []
+        hits = [r == s for r, s in zip(results, sizes)]
+        if all(hits):
+            return info.id, True, "", hits
+        mismatched = [
+            (k, r, s)
+            for k, r, s in zip(info.keys, results, sizes)
+            if (r >= 0 and r != s) or r == INVALID_PARAMS
+        ]
+        failed = [
+            (k, r)
+            for k, r in zip(info.keys, results)
+            if r < 0 and r not in (OBJECT_NOT_FOUND, INVALID_PARAMS)
+        ]
+        missing = sum(1 for r in results if r == OBJECT_NOT_FOUND)
+        parts = []
+        if missing:
+            parts.append(f"{missing} missing")
+        if mismatched:
+            k, r, s = mismatched[0]
+            got = "larger than" if r == INVALID_PARAMS else f"{r} bytes, not"
+            parts.append(
+                f"{len(mismatched)} stored with another size (e.g. {k!r}: {got} the "
+                f"buffer's {s} bytes)"
+            )
+            self._failures.report(
+                "load", "SIZE_MISMATCH", f"batch of {len(info.keys)} keys: {parts[-1]}"
+            )
+        if failed:
+            parts.append(self._describe(info, failed))
+        return info.id, False, "; ".join(parts), hits
+
+    def _describe(self, info: _Batch, failed: list[tuple[str, int]]) -> str:
+        """One line about the failed keys of a batch, logged once."""
+        key, code = failed[0]
+        name = status_name(code)
+        detail = f"{len(failed)} of {len(info.keys)} keys failed, first {key!r}: {name}"
+        self._failures.report(info.kind, name, detail)
+        return detail
