@@ -32,6 +32,7 @@ from .errors import (
     TransportError,
     error_name,
 )
+from .retry import RetryPolicy
 
 __all__ = [
     "__version__",
@@ -41,6 +42,7 @@ __all__ = [
     "EXISTED",
     "LANES",
     "OPS",
+    "RetryPolicy",
     "StoreConfig",
     "UnknownConfigKeyWarning",
     "parse_adapter_specs",

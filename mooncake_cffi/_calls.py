@@ -8,16 +8,18 @@ the shim alive until its batch completes, and raises the error for what did not 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Sequence
 from typing import Any
 
 from . import _binding
 from ._binding import ffi, lib
 from ._lifecycle import ClientHandle
-from ._marshal import KeyBatch, Packed, encode_key, refused
+from ._marshal import KeyBatch, Packed, encode_key, refused, results_list
 from ._plans import gather_values, raise_key_errors, segment_note
 from ._stats import OPS
 from .errors import InvalidArgumentError, MooncakeTimeoutError, error_for
+from .retry import retry_keys
 from .status import MCS_E_INVALID_ARG, MCS_E_TIMEOUT
 
 __all__ = ["BlockingCalls", "DEFAULT"]
@@ -69,6 +71,7 @@ class BlockingCalls(ClientHandle):
         replicate_config: Any = None,
         timeout: Any = DEFAULT,
     ) -> list[int]:
+        start = time.monotonic()
         packed = Packed(
             op,
             keys,
@@ -79,7 +82,64 @@ class BlockingCalls(ClientHandle):
             replicate_config=replicate_config,
         )
         self._run_packed(packed, timeout, OPS[op])
-        return packed.unpack()
+        results = packed.unpack()
+        if self.retry is not None and results and min(results) < 0:
+            results = self._retried(
+                op,
+                keys,
+                results,
+                start,
+                timeout,
+                flags=flags,
+                buffers=buffers,
+                sizes=sizes,
+                writable=writable,
+                replicate_config=replicate_config,
+            )
+        return results
+
+    def _retried(
+        self,
+        op: int,
+        keys: list[Any],
+        results: list[int],
+        start: float,
+        timeout: Any,
+        *,
+        flags: int = 0,
+        buffers: Sequence[Any] | None = None,
+        sizes: Sequence[int] | None = None,
+        writable: bool = False,
+        replicate_config: Any = None,
+    ) -> list[int]:
+        """``results`` after the client's retry policy tried the retryable keys again, each
+        attempt within what is left of the call's deadline."""
+        limit = self.op_timeout if timeout is DEFAULT else timeout
+        deadline = None if limit is None else start + limit
+
+        def rerun(idx: list[int]) -> list[int]:
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            packed = Packed(
+                op,
+                [keys[i] for i in idx],
+                None if buffers is None else [buffers[i] for i in idx],
+                None if sizes is None else [sizes[i] for i in idx],
+                flags=flags,
+                writable=writable,
+                replicate_config=replicate_config,
+            )
+            self._run_packed(packed, left, OPS[op])
+            return packed.unpack()
+
+        return retry_keys(self.retry, results, rerun, deadline)
+
+    def _keys_list(self, op: int, keys: list[Any], flags: int, timeout: Any) -> list[int]:
+        """A batch of keys only, as a list of results, retried per the client's policy."""
+        start = time.monotonic()
+        results = results_list(*self._keys_call(op, keys, flags, timeout))
+        if self.retry is not None and results and min(results) < 0:
+            results = self._retried(op, keys, results, start, timeout, flags=flags)
+        return results
 
     def _keys_call(self, op: int, keys: list[Any], flags: int, timeout: Any) -> tuple[Any, int]:
         """Run a batch of keys only; (its int64 results, n), valid until this thread's next call.

@@ -8,6 +8,8 @@ there.
 from __future__ import annotations
 
 import atexit
+import math
+import os
 import threading
 import weakref
 from collections.abc import Mapping
@@ -18,6 +20,7 @@ from ._binding import ffi, lib
 from ._marshal import replicate_pointer
 from .config import StoreConfig
 from .errors import ClosedError, check
+from .retry import RetryPolicy
 from .status import MCS_E_CLOSED
 
 __all__ = ["ClientHandle", "default_replicate_config"]
@@ -32,6 +35,17 @@ def _close_all() -> None:  # pragma: no cover - runs at interpreter exit
             client.close()
         except Exception:
             pass
+
+
+def shorten_mooncake_timeouts(op_timeout: float) -> None:
+    """Make Mooncake's own waits no longer than a client's deadline, at the source.
+
+    Mooncake reads these from the environment when the first client of the process is set
+    up: ``MC_RPC_TIMEOUT_MS`` (a master RPC), ``MC_TCP_STATUS_TIMEOUT_SEC`` (a TCP transfer
+    waiting on a silent peer: 30 s by default).  Values already set are kept.
+    """
+    os.environ.setdefault("MC_RPC_TIMEOUT_MS", str(max(100, int(op_timeout * 1000))))
+    os.environ.setdefault("MC_TCP_STATUS_TIMEOUT_SEC", str(max(1, math.ceil(op_timeout))))
 
 
 def default_replicate_config(fields: Mapping[str, Any]) -> Any:
@@ -70,6 +84,7 @@ class ClientHandle:
         replicate_config: Any = None,
         connect_timeout: float = 2.0,
         op_timeout: float | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._handle = None
         self._lock = threading.Lock()
@@ -93,6 +108,12 @@ class ClientHandle:
             raise ValueError("op_timeout must be None or positive seconds")
         #: Default deadline (seconds) of every blocking call; None: no deadline.
         self.op_timeout = op_timeout
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy or None, not {type(retry).__name__}")
+        #: The retry policy of per-key retryable failures (None: no retries).
+        self.retry = retry
+        if op_timeout is not None:
+            shorten_mooncake_timeouts(op_timeout)
 
         # L1: validated before any network traffic.
         protocol = cfg.protocol

@@ -9,6 +9,7 @@ lives in :mod:`._marshal`, multi-step plans in :mod:`._plans`, counters in :mod:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from .status import (
     MCS_E_TIMEOUT,
     OBJECT_NOT_FOUND,
     describe,
+    is_retryable,
 )
 
 __all__ = ["Client", "Completion", "EXISTED", "LANES", "OPS", "set_log_level"]
@@ -147,17 +149,40 @@ class Client(BlockingCalls):
         """Puts and upserts of bytes-like values: straight from the values, or with
         L1 registered, copied through the L1 staging area."""
         if self._l1_cdata is None:
-            return self._run(
+            results = self._run(
                 op, keys, values, flags=flags, replicate_config=replicate_config, timeout=timeout
             )
-        return self.staging.put(
-            keys,
-            values,
-            upsert=op == _UPSERT,
-            skip_existing=bool(flags & _FLAG_SKIP_EXISTING),
-            replicate_config=replicate_config,
-            timeout=self._staging_timeout(timeout),
-        )
+        else:
+            results = self.staging.put(
+                keys,
+                values,
+                upsert=op == _UPSERT,
+                skip_existing=bool(flags & _FLAG_SKIP_EXISTING),
+                replicate_config=replicate_config,
+                timeout=self._staging_timeout(timeout),
+            )
+        if flags & _FLAG_SKIP_EXISTING:
+            self._first_writer_wins(keys, values, results, timeout)
+        return results
+
+    def _first_writer_wins(
+        self, keys: list[Any], values: Sequence[Any], results: list[int], timeout: Any
+    ) -> None:
+        """Tell the losers of a put race that their key already existed.
+
+        A skip-existing put looks keys up, then puts the absent ones; Mooncake's put of a
+        key that appeared meanwhile succeeds and keeps the first value.  So every key this
+        call reports written is read back: if the stored bytes are not this call's, another
+        writer won and the key gets :data:`EXISTED`.  (Two writers of identical bytes both
+        see "written".)
+        """
+        written = [i for i, r in enumerate(results) if r == 0]
+        if not written:
+            return
+        stored = self.batch_get([keys[i] for i in written], timeout=timeout)
+        for i, value in zip(written, stored):
+            if value is not None and value != memoryview(values[i]).cast("B"):
+                results[i] = EXISTED
 
     def _staging_timeout(self, timeout: Any) -> float | None:
         t = self.op_timeout if timeout is DEFAULT else timeout
@@ -200,7 +225,12 @@ class Client(BlockingCalls):
     def put_if_absent(
         self, key: str | bytes, value: Any, *, replicate_config: Any = None, timeout: Any = DEFAULT
     ) -> bool:
-        """Store ``value`` unless ``key`` exists; True if written, False if it existed."""
+        """Store ``value`` unless ``key`` exists; True if written, False if it existed.
+
+        Of writers racing on one key exactly one is told True: a key this call wrote is
+        read back, and if the stored bytes are another writer's, the answer is False
+        (two writers of identical bytes both see True).
+        """
         results = self._store(_PUT, [key], [value], _FLAG_SKIP_EXISTING, replicate_config, timeout)
         self._key_errors([key], results, (), [nbytes(value)])
         return results[0] != EXISTED
@@ -234,6 +264,8 @@ class Client(BlockingCalls):
         """True if ``key`` exists (this also renews its read lease)."""
         r = self._single(_EXISTS, key, timeout)
         if r < 0:
+            if self.retry is not None and is_retryable(r):
+                return self.batch_exists([key], timeout=timeout)[0]
             raise error_for(r, f"key {key!r}: {describe(r)}")
         return r == 1
 
@@ -244,6 +276,8 @@ class Client(BlockingCalls):
         (Mooncake's read lease); ``force=True`` removes it anyway.
         """
         r = self._single(_REMOVE, key, timeout, _FLAG_FORCE if force else 0)
+        if r < 0 and self.retry is not None and is_retryable(r):
+            r = self.batch_remove([key], force, timeout=timeout)[0]
         if r == OBJECT_NOT_FOUND:
             return False
         self._key_errors([key], [r])
@@ -269,8 +303,9 @@ class Client(BlockingCalls):
         """Store values under keys as one batch; per-key status, 0 = stored.
 
         With ``skip_existing=True`` keys are looked up first and the present
-        ones get :data:`EXISTED` (1) instead of being sent.  Negative statuses
-        are Mooncake error codes (see :func:`mooncake_cffi.error_name`).
+        ones get :data:`EXISTED` (1) instead of being sent; keys written are read
+        back, so of racing writers exactly one sees 0 (see :meth:`put_if_absent`).
+        Negative statuses are Mooncake error codes (see :func:`mooncake_cffi.error_name`).
         """
         flags = _FLAG_SKIP_EXISTING if skip_existing else 0
         return self._store(
@@ -310,7 +345,7 @@ class Client(BlockingCalls):
     ) -> list[int | None]:
         """Size in bytes of each key's value (None for a missing key), as one batch."""
         keys = as_list(keys)
-        results = results_list(*self._keys_call(_SIZE, keys, 0, timeout))
+        results = self._keys_list(_SIZE, keys, 0, timeout)
         self._key_errors(keys, results, (OBJECT_NOT_FOUND,))
         return [None if r == OBJECT_NOT_FOUND else r for r in results]
 
@@ -354,10 +389,13 @@ class Client(BlockingCalls):
     def batch_exists(self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT) -> list[bool]:
         """Whether each key exists, looked up as one batch."""
         keys = as_list(keys)
+        start = time.monotonic()
         res, n = self._keys_call(_EXISTS, keys, 0, timeout)
         found = exists_list(res, n)
-        if found is None:  # some key failed: raise its error
-            self._key_errors(keys, results_list(res, n))
+        if found is None:  # some key failed: retry per the policy, else raise its error
+            results = self._retried(_EXISTS, keys, results_list(res, n), start, timeout)
+            self._key_errors(keys, results)
+            found = list(map(bool, results))
         return found
 
     def batch_remove(
@@ -388,6 +426,24 @@ class Client(BlockingCalls):
         """
         if upsert and skip_existing:
             raise ValueError("upsert and skip_existing exclude each other")
+        if skip_existing:
+            keys, buffers = as_list(keys), as_list(buffers, "buffers")
+            results = self._run(
+                _PUT,
+                keys,
+                buffers,
+                sizes,
+                flags=_FLAG_SKIP_EXISTING,
+                replicate_config=replicate_config,
+                timeout=timeout,
+            )
+            sent = (
+                buffers
+                if sizes is None
+                else [memoryview(b).cast("B")[:n] for b, n in zip(buffers, sizes)]
+            )
+            self._first_writer_wins(keys, sent, results, timeout)
+            return results
         return self._run(
             _UPSERT if upsert else _PUT,
             as_list(keys),

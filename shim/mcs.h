@@ -279,7 +279,9 @@ MCS_API int mcs_set_log_level(int level);
  * probed with a `probe_timeout_ms` TCP connect (0 = 2000 ms, <0 = no probe) so
  * an unreachable address fails fast with MCS_E_UNREACHABLE.  On success *out
  * owns a client, released with mcs_client_free(); on failure *out is NULL.
- * Blocks for the setup (tens of ms). */
+ * Blocks for the setup (tens of ms).  In a child forked from a process that
+ * had set up a client it fails at once with MCS_E_FORKED (Mooncake's
+ * process-wide state does not survive fork()). */
 MCS_API int mcs_client_create(mcs_client **out, const char *const *keys,
                               const char *const *values, size_t n,
                               const struct mcs_lanes *lanes, int probe_timeout_ms);

@@ -188,4 +188,6 @@ def test_per_operation_series_match_op_stats(cluster) -> None:
     calls = float(ops["exists"]["calls"])
     assert f'mooncake_cffi_op_calls_total{{lane="lookup",op="exists"}} {calls}' in text
     assert 'mooncake_cffi_op_transferred_bytes_total{lane="store",op="put"} 10.0' in text
-    assert 'mooncake_cffi_op_duration_seconds_bucket{lane="retrieve",le="+Inf",op="get"} 1.0' in text
+    assert (
+        'mooncake_cffi_op_duration_seconds_bucket{lane="retrieve",le="+Inf",op="get"} 1.0' in text
+    )

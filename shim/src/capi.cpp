@@ -28,6 +28,11 @@ std::unordered_set<mcs_client *> *g_registry = new std::unordered_set<mcs_client
 // child with it locked.
 // getpid() is a system call; keep it cached, refreshed in every child.
 std::atomic<pid_t> g_pid{getpid()};
+// The process that set up the first Mooncake client.  Mooncake's process-wide
+// state (its transfer engine, RPC threads, connections) does not survive
+// fork(): a client set up in a child of that process hangs in the master
+// connect, so the child is refused at once.
+std::atomic<pid_t> g_mooncake_pid{0};
 void atfork_prepare() { g_registry_mu.lock(); }
 void atfork_parent() { g_registry_mu.unlock(); }
 void atfork_child() {
@@ -217,8 +222,18 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
             k.emplace_back(keys[i]);
             v.emplace_back(values[i]);
         }
+        const pid_t me = g_pid.load();
+        const pid_t owner = g_mooncake_pid.load();
+        if (owner != 0 && owner != me)
+            return fail(MCS_E_FORKED,
+                        "this process was forked from process " + std::to_string(owner) +
+                            ", which had set up a Mooncake client: Mooncake's process-wide "
+                            "state does not survive fork(), so no client can be created here; "
+                            "start children with the 'spawn' or 'forkserver' method "
+                            "(multiprocessing.set_start_method), or create clients only in "
+                            "processes that never had one");
         auto h = std::make_unique<mcs_client>();
-        h->pid = g_pid.load();
+        h->pid = me;
         // Validate the lane layout before touching the network.
         mcs_lanes layout = read_sized(lanes, "struct mcs_lanes");
         mcs::Engine::validate_lanes(&layout);
@@ -228,6 +243,8 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
             std::lock_guard<std::mutex> lk(g_registry_mu);
             g_registry->insert(h.get());
         }
+        pid_t unset = 0;
+        g_mooncake_pid.compare_exchange_strong(unset, me);
         *out = h.release();
         return MCS_OK;
     });

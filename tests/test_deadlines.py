@@ -1,0 +1,156 @@
+"""Deadlines, retries, forked children and racing first writers, against real clusters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+
+import mooncake_cffi as mc
+from mooncake_cffi import Client, MooncakeTimeoutError, RetryPolicy, TransportError
+
+
+def unique(prefix: str = "dl") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def frozen_cluster(make_cluster):
+    """A cluster whose storage node can be frozen (SIGSTOP) and thawed by the test."""
+    local = make_cluster("64 MB").start()
+    pid = local.pids["storage"]
+    yield local, pid
+    os.kill(pid, signal.SIGCONT)
+
+
+def test_a_call_into_a_frozen_storage_node_answers_within_its_deadline(frozen_cluster):
+    local, pid = frozen_cluster
+    with Client(local.client_config(), op_timeout=1.0) as c:
+        key = unique()
+        c.put(key, b"x" * 4096)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises((MooncakeTimeoutError, TransportError)) as info:
+                c.get(key)
+            waited = time.monotonic() - t0
+            assert waited < 2.0, waited
+            if isinstance(info.value, MooncakeTimeoutError):
+                assert "get" in str(info.value) and "1000 ms" in str(info.value)
+                assert isinstance(info.value, TimeoutError) and info.value.retryable
+            # a per-call timeout overrides the client's
+            t0 = time.monotonic()
+            with pytest.raises((MooncakeTimeoutError, TransportError)):
+                c.get_into([key], [bytearray(4096)], timeout=0.3)
+            assert time.monotonic() - t0 < 1.3
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # the abandoned batches finish; their buffers were kept alive until then
+        deadline = time.monotonic() + 30
+        while c.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.in_flight == 0
+        assert c.get(key) == b"x" * 4096
+        assert c.op_stats()["get_buffer"]["timeouts"] + c.op_stats()["get"]["timeouts"] >= 1
+
+
+def test_timeouts_must_be_positive(cluster):
+    with pytest.raises(ValueError, match="op_timeout"):
+        Client(cluster.client_config(), op_timeout=0)
+    with Client(cluster.client_config()) as c:
+        with pytest.raises(ValueError, match="timeout must be positive"):
+            c.exists("k", timeout=-1)
+
+
+def test_retry_policy_validates_its_fields():
+    with pytest.raises(ValueError, match="attempts"):
+        RetryPolicy(attempts=0)
+    with pytest.raises(ValueError, match="jitter"):
+        RetryPolicy(jitter=2)
+    assert len(list(RetryPolicy(attempts=4).delays())) == 3
+
+
+def test_retries_try_again_only_the_retryable_keys(make_cluster):
+    """A full pool (NO_AVAILABLE_HANDLE, retryable) is tried again until space is freed."""
+    local = make_cluster("32 MB").start()
+    policy = RetryPolicy(attempts=30, backoff=0.05, max_backoff=0.1, jitter=0.1)
+    with Client(local.client_config(), retry=policy, op_timeout=10) as c:
+        filler = [unique("fill") for _ in range(6)]
+        block = b"f" * (4 << 20)
+        assert c.batch_put(filler, [block] * len(filler)) == [0] * len(filler)
+        big, bad = unique("big"), ""
+        freed = threading.Timer(0.3, lambda: c.batch_remove(filler, force=True))
+        freed.start()
+        try:
+            t0 = time.monotonic()
+            results = c.batch_put([big], [b"b" * (24 << 20)])
+        finally:
+            freed.join()
+        assert results == [0], results
+        assert time.monotonic() - t0 < 10
+        assert c.size(big) == 24 << 20
+        # a non-retryable failure is not retried (and is reported as it was)
+        with pytest.raises(mc.InvalidArgumentError):
+            c.batch_put([bad], [b"v"])
+
+
+def test_a_client_in_a_forked_child_of_a_client_process_fails_at_once(cluster):
+    with Client(cluster.client_config()):
+        pass
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            t0 = time.monotonic()
+            try:
+                Client(cluster.client_config())
+            except mc.ForkedError as exc:
+                if time.monotonic() - t0 < 2 and "spawn" in str(exc):
+                    code = 0
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(code)
+    os.close(write)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung creating a client")
+    assert os.read(read, 1) == b"\x00"
+    os.close(read)
+
+
+def test_racing_put_if_absent_has_exactly_one_winner(cluster):
+    keys = [unique("race") for _ in range(20)]
+    winners: dict[str, list[int]] = {k: [] for k in keys}
+    barrier = threading.Barrier(2)
+
+    def writer(n: int) -> None:
+        with Client(cluster.client_config()) as c:
+            barrier.wait()
+            results = c.batch_put(keys, [f"writer-{n}".encode()] * len(keys), skip_existing=True)
+            for k, r in zip(keys, results):
+                if r == 0:
+                    winners[k].append(n)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    with Client(cluster.client_config()) as c:
+        stored = c.batch_get(keys)
+        c.batch_remove(keys, force=True)
+    for k, value in zip(keys, stored):
+        assert len(winners[k]) == 1, (k, winners[k])
+        assert value == f"writer-{winners[k][0]}".encode()
