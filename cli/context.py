@@ -35,6 +35,8 @@ DEFAULT_METADATA_PORT = 8080
 DEFAULT_MASTER_PORT = 50051
 DEFAULT_HOSTNAME = "127.0.0.1"
 DEFAULT_CONNECT_TIMEOUT = 2.0
+#: Where Mooncake reads an HA cluster's id from (the shim sets it from ``cluster_id``).
+CLUSTER_ID_ENV = "MC_STORE_CLUSTER_ID"
 #: Seconds added to the connect timeout before a stuck setup is abandoned (console only).
 SETUP_GRACE = 1.5
 
@@ -57,6 +59,8 @@ class Settings:
     protocol: str | None = None
     hostname: str | None = None
     config: str | None = None
+    #: --cluster-id / MCL2_CLUSTER_ID: the HA cluster's id (the ``cluster_id`` config key).
+    cluster_id: str | None = None
     state_dir: Path | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     verbose: int = 0
@@ -122,6 +126,8 @@ class Settings:
             d["protocol"] = self.protocol
         if self.hostname is not None:
             d["local_hostname"] = self.hostname
+        if self.cluster_id is not None:
+            d["cluster_id"] = self.cluster_id
         d.setdefault("local_hostname", DEFAULT_HOSTNAME)
         _fill_in_addresses(d)
         given_segment = d.get("global_segment_size")
@@ -259,7 +265,9 @@ class Settings:
                     config, l1=l1, register_l1=l1 is not None, connect_timeout=self.connect_timeout
                 )
         except MooncakeError as exc:
-            raise StoreError.wrap(exc, f"cannot connect to master {master}") from None
+            raise StoreError.wrap(
+                exc, f"cannot connect to master {master}{_cluster_id_hint(config, exc.code)}"
+            ) from None
         except ValueError as exc:  # e.g. rdma without L1
             raise CliError(f"cannot set up a client for master {master}: {exc}") from None
         finally:
@@ -338,6 +346,36 @@ class _quiet_stderr:
             os.dup2(self.saved, 2)
             os.close(self.saved)
             self.saved = None
+
+
+def _cluster_id_hint(config: Any, code: int) -> str:
+    """Words on the cluster id, for a setup against an HA (``etcd://``) master that failed
+    with INTERNAL_ERROR: Mooncake's answer to a missing or wrong id (etcd itself answered,
+    or the probe would have said it did not)."""
+    from mooncake_cffi.status import INTERNAL_ERROR
+
+    setup = config.setup_config
+    master = str(setup.get("master_server_addr", ""))
+    if not master.startswith("etcd://") or code != INTERNAL_ERROR:
+        return ""
+    given = setup.get("cluster_id") or os.environ.get(CLUSTER_ID_ENV)
+    if given:
+        return f" (cluster id {given!r}: is it the -cluster_id its masters run with?)"
+    return (
+        " (an HA master on etcd needs the cluster id its masters run with: "
+        "--cluster-id ID or MCL2_CLUSTER_ID)"
+    )
+
+
+def _check_cluster_id(value: str) -> str:
+    text = value.strip()
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        raise click.BadParameter(
+            f"{value!r} is not a cluster id: give the -cluster_id the HA masters run with "
+            "(printable, no spaces)",
+            param_hint="'--cluster-id'",
+        )
+    return text
 
 
 def _fill_in_addresses(d: dict[str, Any]) -> None:
@@ -457,8 +495,9 @@ def _add_verbose(ctx: click.Context, param: click.Parameter, value: int) -> None
 
 
 def connection_options(top_level: bool) -> Callable[[F], F]:
-    """--master, --metadata-server, --protocol, --hostname, --config, --connect-timeout and
-    --state-dir; read from ``MCL2_*`` environment variables at the top level only."""
+    """--master, --metadata-server, --protocol, --hostname, --cluster-id, --l1-size, --config,
+    --connect-timeout and --state-dir; read from ``MCL2_*`` environment variables at the top
+    level only."""
 
     def env(name: str) -> str | None:
         return f"MCL2_{name}" if top_level else None
@@ -501,6 +540,16 @@ def connection_options(top_level: bool) -> Callable[[F], F]:
             callback=_store("hostname"),
             help="Address this client registers as (local_hostname; default 127.0.0.1). "
             "No port: Mooncake picks one.",
+        ),
+        click.option(
+            "--cluster-id",
+            metavar="ID",
+            envvar=env("CLUSTER_ID"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("cluster_id", _check_cluster_id),
+            help="Cluster id of HA masters on etcd (--master etcd://HOST:PORT), the "
+            "-cluster_id they run with (config key cluster_id; default: the local cluster's).",
         ),
         click.option(
             "--l1-size",

@@ -220,7 +220,10 @@ def _byte_chunks(sizes: Sequence[int]) -> list[range]:
     return out
 
 
-@key_command(json_help="Print {KEY: {status: stored|exists|error, bytes}} as JSON.")
+@key_command(
+    json_help="Print {KEY: {status: stored|exists|error, bytes}} as JSON (with --replicas, "
+    "stored keys also get replicas: the memory copies the master lists)."
+)
 @click.argument("args", nargs=-1, metavar="KEY [FILE|-] | KEY=FILE...")
 @click.option(
     "--dir",
@@ -238,6 +241,13 @@ def _byte_chunks(sizes: Sequence[int]) -> list[range]:
 @click.option(
     "--overwrite", is_flag=True, help="Replace keys that exist (default: keep the stored value)."
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Write N copies of each value, on distinct storage nodes (Mooncake's replica_num; "
+    "default: the config's replica_num, else 1).",
+)
 @pass_settings
 def put(
     settings: Settings,
@@ -246,6 +256,7 @@ def put(
     prefix: str,
     keys_from: str | None,
     overwrite: bool,
+    replicas: int | None,
 ) -> None:
     """Store a file or stdin under KEY; several keys go as one batch.
 
@@ -255,6 +266,7 @@ def put(
     mcl2 put K1=F1 K2=F2 ...   several files (split at the first '=')
     mcl2 put --dir DIR         every regular file in DIR, key = file name
     mcl2 put --keys-from -     'KEY<TAB>FILE' lines from stdin
+    mcl2 put --replicas 2 ...  two copies of each value, on distinct nodes
 
     Mooncake keeps the first value written: a key that exists is reported
     and kept, unless --overwrite replaces it.
@@ -268,6 +280,10 @@ def put(
     signals = held_signals()
     try:
         transfer = settings.transfer(l1_min=max(sizes))
+        checker = None
+        if replicas is not None:
+            transfer.client = _Replicated(transfer.client, replicas)
+            checker = _ReplicaCheck(settings, replicas, overwrite)
         with Progress(
             wants_progress(len(items), known_bytes) and not settings.quiet and not settings.json,
             len(items),
@@ -284,6 +300,8 @@ def put(
                 stored_keys, stored_bytes, kept = _record_puts(
                     settings, report, keys, values, results, (stored_keys, stored_bytes, kept)
                 )
+                if checker is not None:
+                    checker.check(report, [k for k, r in zip(keys, results, strict=True) if r == 0])
                 progress.advance(len(keys))
                 signals.check()
     except KeyboardInterrupt as exc:
@@ -313,6 +331,84 @@ def put(
                 summary += f", {report.failed} failed"
             settings.info(summary)
     report.finish()
+
+
+class _Replicated:
+    """A client whose writes (the ``batch_put`` / ``batch_upsert`` / ``put_from`` calls of
+    :class:`~.transfer.Transfer`) make ``replicas`` copies; every other call is the client's.
+
+    The ReplicateConfig keeps the client's other defaults (soft pin, preferred segment) and
+    goes with each call, so ``mcl2 shell`` can mix ``put --replicas`` with plain puts over
+    one client.
+    """
+
+    def __init__(self, client: Any, replicas: int) -> None:
+        from mooncake_cffi._lifecycle import default_replicate_config
+
+        self.client = client
+        self.replicas = replicas
+        fields = dict(client.config.replicate_fields())
+        fields["replica_num"] = replicas
+        self.replicate_config = default_replicate_config(fields)
+
+    def batch_put(self, keys: Any, values: Any, **options: Any) -> list[int]:
+        return self.client.batch_put(
+            keys, values, replicate_config=self.replicate_config, **options
+        )
+
+    def batch_upsert(self, keys: Any, values: Any, **options: Any) -> list[int]:
+        return self.client.batch_upsert(
+            keys, values, replicate_config=self.replicate_config, **options
+        )
+
+    def put_from(self, keys: Any, buffers: Any, **options: Any) -> list[int]:
+        return self.client.put_from(
+            keys, buffers, replicate_config=self.replicate_config, **options
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+class _ReplicaCheck:
+    """After each batch of ``put --replicas N``, ask the master's admin API how many memory
+    copies each stored key got, record it (``replicas`` in --json) and name keys with fewer.
+
+    Mooncake stores fewer copies without an error when there are fewer storage nodes than
+    N, and an --overwrite with a value of the same size rewrites the existing copies in
+    place.  When the admin API cannot be read, the check is skipped (said with -v).
+    """
+
+    def __init__(self, settings: Settings, wanted: int, overwrite: bool) -> None:
+        self.settings = settings
+        self.wanted = wanted
+        self.why = "fewer storage nodes than that"
+        if overwrite:
+            self.why += ", or it replaced a value of the same size, whose copies are rewritten"
+        self.admin: Any = None
+        self.skipped = False
+
+    def check(self, report: KeyReport, stored: Sequence[str]) -> None:
+        from mooncake_cffi.admin import AdminClient, AdminError
+
+        keys = [k for k in stored if AdminClient.can_query(wire_key(k))]
+        if not keys or self.skipped:
+            return
+        try:
+            if self.admin is None:
+                self.admin = self.settings.admin_client()
+            found = self.admin.query(wire_keys(keys))
+        except (AdminError, ValueError, click.ClickException) as exc:
+            self.skipped = True
+            message = exc.format_message() if isinstance(exc, click.ClickException) else exc
+            self.settings.debug(f"replica counts not checked: {message}")
+            return
+        for key in keys:
+            info = found.get(wire_key(key))
+            count = 0 if info is None else sum(r.kind == "memory" for r in info.replicas)
+            report.records[key]["replicas"] = count
+            if count < self.wanted:
+                report.problem(f"{key}: stored with {count} of {self.wanted} replicas ({self.why})")
 
 
 def _record_puts(

@@ -107,6 +107,10 @@ tokens = st.sampled_from(
         "-c",
         "--admin",
         "ftp://x",
+        "--replicas",
+        "2",
+        "--cluster-id",
+        "etcd://127.0.0.1:1",
     ]
 ) | st.text(max_size=12)
 
@@ -127,6 +131,7 @@ def test_any_arguments_end_in_a_documented_exit_code(tmp_path_factory, command, 
         "MCL2_PROTOCOL": None,
         "MCL2_HOSTNAME": None,
         "MCL2_L1_SIZE": None,
+        "MCL2_CLUSTER_ID": None,
         "MCL2_CONNECT_TIMEOUT": "0.5",
         "MCL2_ADMIN": f"http://127.0.0.1:{PORT}",
     }

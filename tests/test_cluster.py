@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from mooncake_cffi.admin import AdminClient
 from mooncake_cffi.cluster import ClusterError, LocalCluster, find_binary, parse_size
 
 MIB = 1 << 20
@@ -233,6 +234,41 @@ def test_planted_symlinks_are_never_followed(make_cluster: Callable[..., LocalCl
     assert victim.read_text() == "precious"
 
 
+def test_status_names_an_admin_port_that_does_not_answer() -> None:
+    """Each unreadable figure leaves its field None and its AdminError text in ``errors``."""
+    from mooncake_cffi.cluster import _status
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    result: dict[str, Any] = {
+        "health": None,
+        "key_count": None,
+        "active_clients": None,
+        "memory": {"total_bytes": None, "used_bytes": None, "segments": {}},
+    }
+    errors: list[str] = []
+    answered = _status.fill(AdminClient(f"http://127.0.0.1:{port}", timeout=1.0), result, errors)
+    assert answered is False
+    assert len(errors) == 3, errors  # health, metrics, segments
+    assert all(e.startswith(f"admin API http://127.0.0.1:{port}") for e in errors), errors
+    assert result["health"] is None and result["key_count"] is None
+    assert result["memory"] == {"total_bytes": None, "used_bytes": None, "segments": {}}
+
+
+def test_status_of_a_cluster_whose_master_died(make_cluster: Callable[..., LocalCluster]) -> None:
+    local = make_cluster(segment_size="32 MB")
+    with local:
+        local.kill("master")
+        assert local.leader() is None
+        status = local.status()
+        assert status["running"] is False and status["healthy"] is False
+        assert status["leader"] is None and status["processes"]["master"]["role"] is None
+        assert status["errors"] == ["master process is not running", "no master is serving"]
+        with pytest.raises(ClusterError, match="admin API http://127.0.0.1:"):
+            local.segments()
+
+
 # -- real clusters -------------------------------------------------------------------------
 
 
@@ -292,6 +328,13 @@ def test_lifecycle_put_get_and_stop(make_cluster: Callable[..., LocalCluster]) -
     status = local.status()
     assert status["key_count"] == 1
     assert status["memory"]["used_bytes"] >= len(value)
+    # The figures are the admin API's: one source per fact.
+    admin = AdminClient(local.metrics_url)
+    assert status["memory"]["segments"] == {
+        s.name: {"total_bytes": s.capacity_bytes, "used_bytes": s.used_bytes}
+        for s in admin.segments()
+    }
+    assert status["memory"]["used_bytes"] == admin.metrics().summary()["memory"]["used_bytes"]
 
     local.stop()
     assert all(pid_gone(pid) for pid in pids.values())
@@ -437,10 +480,16 @@ def test_storage_nodes_each_mount_their_own_segment_on_loopback_only(
         client.communicate("\n", timeout=30)
     assert client.returncode == 0
 
-    # One node crashes: stop() stops the rest and reports what it stopped.
+    # One node crashes: status() still reads the master, and names the dead process.
     crashed = local.pids["storage1"]
     local.kill("storage1")
     assert not local.is_running() and local.any_alive()
+    status = local.status()
+    assert status["running"] is False and status["healthy"] is False
+    assert status["leader"] == "master" and status["health"]["status"] == "ok"
+    assert status["errors"] == ["storage1 process is not running"]
+
+    # stop() stops the rest and reports what it stopped.
     assert sorted(local.stop()) == ["master", "metadata", "storage"]
     assert pid_gone(crashed) and all(pid_gone(p) for p in local.pids.values() if p)
 

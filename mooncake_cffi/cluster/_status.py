@@ -1,151 +1,103 @@
-"""Reading a master's admin port for ``LocalCluster.status()``: health, keys, memory, segments.
+"""What ``LocalCluster`` reads from its masters' admin ports: leader, health, keys, memory.
 
-Every reader takes ``get(path) -> (status, body)`` for the master to ask, records failures in
-``errors`` instead of raising, and fills the fields it could read.
+Every request goes through the package's one admin-API client,
+:class:`mooncake_cffi.admin.AdminClient`: health from ``health()``, key count, clients and
+memory totals from ``metrics().summary()``, per-segment capacity and use from ``segments()``.
+:func:`report` never raises for an unreachable master: it records each
+:class:`~mooncake_cffi.admin.AdminError` (its message names the URL) in ``errors`` and leaves
+the fields it could not read as None.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable
 from typing import Any
 
+from ..admin import AdminClient, AdminError
 from ._common import HTTP_TIMEOUT, ClusterError
 
-Getter = Callable[..., tuple[int, str]]
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-_LINE_RE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_SUMMARY_MEM_RE = re.compile(r"Mem Storage: ([\d.]+ \w+) / ([\d.]+ \w+)")
-_SUMMARY_KEYS_RE = re.compile(r"Keys: (\d+)")
-_HUMAN_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+#: Seconds a master gets to answer ``/health`` when we only ask who leads.
+PROBE_TIMEOUT = 1.0
 
 
-def parse_prometheus(text: str) -> Samples:
-    """Samples of a Prometheus text exposition, by metric name: [(labels, value), ...]."""
-    samples: Samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
+def admin(c: Any, index: int, timeout: float = HTTP_TIMEOUT) -> AdminClient:
+    """An admin-API client for master ``index`` of cluster ``c``."""
+    return AdminClient(c.master_metrics_url(index), timeout=timeout)
+
+
+def probe(c: Any, index: int, timeout: float = PROBE_TIMEOUT) -> dict[str, Any] | None:
+    """Master ``index``'s ``/health`` answer, or None if it did not answer HTTP 200."""
+    try:
+        got = admin(c, index, timeout).health()
+    except AdminError:
+        return None
+    return got if got.get("http_status") == 200 else None
+
+
+def serves(c: Any, health: dict[str, Any] | None) -> bool:
+    """True if a master whose ``/health`` said ``health`` serves clients (leads, in HA)."""
+    if health is None or not health.get("service_ready", True):
+        return False
+    return not c.ha or health.get("role") == "leader"
+
+
+def leader(c: Any, probes: dict[int, dict[str, Any] | None] | None = None) -> int | None:
+    """Index of the first master of ``c`` that serves, or None; ``probes`` are ``/health``
+    answers already read, by master index (the others are asked now)."""
+    known = probes or {}
+    for index, role in enumerate(c.master_roles):
+        if role in c.procs and not c.alive(role):
             continue
-        match = _LINE_RE.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        labels = dict(_LABEL_RE.findall(match.group(2) or ""))
-        samples.setdefault(match.group(1), []).append((labels, value))
-    return samples
-
-
-def _scalar(samples: Samples, name: str) -> int | None:
-    for labels, value in samples.get(name, []):
-        if not labels:
-            return int(value)
+        got = known[index] if index in known else probe(c, index)
+        if serves(c, got):
+            return index
     return None
 
 
-def _human_bytes(text: str) -> int | None:
-    number, _, unit = text.partition(" ")
-    factor = _HUMAN_UNITS.get(unit.upper())
-    return None if factor is None else int(float(number) * factor)
-
-
-def health(get: Getter, timeout: float = 1.0) -> dict[str, Any] | None:
-    """The master's ``/health`` answer as a dict (None if it did not answer 200)."""
+def segment_names(c: Any) -> list[str]:
+    """Names of the segments mounted in ``c``'s leading master (ClusterError if unreadable)."""
     try:
-        code, body = get("/health", timeout=timeout)
-    except OSError:
-        return None
-    if code != 200:
-        return None
+        return AdminClient(c.metrics_url, timeout=HTTP_TIMEOUT).segment_names()
+    except AdminError as exc:
+        raise ClusterError(str(exc)) from None
+
+
+def fill(client: AdminClient, result: dict[str, Any], errors: list[str]) -> bool:
+    """Fill ``health``, ``key_count``, ``active_clients`` and ``memory`` of ``result`` from
+    the master ``client`` speaks to; True if its ``/health`` answered HTTP 200."""
+    answered = False
     try:
-        parsed = json.loads(body)
-    except ValueError:
-        return {"status": body.strip()}
-    return parsed if isinstance(parsed, dict) else {"status": parsed}
-
-
-def segments(get: Getter) -> list[str]:
-    """Names of the segments mounted in the master (from ``/get_all_segments``)."""
-    code, body = get("/get_all_segments")
-    if code == 404:  # older masters: fall back to the per-segment metrics
-        code, body = get("/metrics")
-        if code != 200:
-            raise ClusterError(f"/metrics answered HTTP {code}")
-        found = parse_prometheus(body).get("segment_total_capacity_bytes", [])
-        return [labels["segment"] for labels, _ in found if "segment" in labels]
-    if code != 200:
-        raise ClusterError(f"/get_all_segments answered HTTP {code}")
-    return [line.strip() for line in body.splitlines() if line.strip()]
-
-
-def _get(get: Getter, path: str, errors: list[str], timeout: float = 2.0) -> tuple[int, str] | None:
-    try:
-        code, body = get(path, timeout=timeout)
-    except OSError as exc:
-        errors.append(f"{path}: {exc}")
-        return None
-    if code != 200:
-        errors.append(f"{path}: HTTP {code}")
-    return code, body
-
-
-def fill(get: Getter, result: dict[str, Any], errors: list[str]) -> None:
-    """Fill ``health``, ``key_count``, ``active_clients`` and ``memory`` from the master."""
-    got = _get(get, "/health", errors)
-    if got is not None:
-        try:
-            parsed = json.loads(got[1])
-        except ValueError:
-            parsed = {"status": got[1].strip()}
-        result["health"] = parsed if isinstance(parsed, dict) else {"status": parsed}
+        got = client.health()
+    except AdminError as exc:
+        errors.append(str(exc))
+    else:
+        code = got.pop("http_status", None)
+        answered = code == 200
+        if not answered:
+            errors.append(f"admin API {client.url}/health answered HTTP {code}")
+        result["health"] = got
 
     memory = result["memory"]
-    found = False
-    got = _get(get, "/metrics", errors)
-    if got is not None and got[0] == 200:
-        samples = parse_prometheus(got[1])
-        result["key_count"] = _scalar(samples, "master_key_count")
-        result["active_clients"] = _scalar(samples, "master_active_clients")
-        memory["total_bytes"] = _scalar(samples, "master_total_capacity_bytes")
-        memory["used_bytes"] = _scalar(samples, "master_allocated_bytes")
-        for metric, name in (
-            ("segment_total_capacity_bytes", "total_bytes"),
-            ("segment_allocated_bytes", "used_bytes"),
-        ):
-            for labels, value in samples.get(metric, []):
-                if "segment" in labels:
-                    entry = memory["segments"].setdefault(
-                        labels["segment"], {"total_bytes": None, "used_bytes": None}
-                    )
-                    entry[name] = int(value)
-                    found = True
+    try:
+        summary = client.metrics().summary()
+    except AdminError as exc:
+        errors.append(str(exc))
+    else:
+        result["key_count"] = summary["keys"]
+        result["active_clients"] = summary["clients"]
+        memory["total_bytes"] = summary["memory"]["capacity_bytes"]
+        memory["used_bytes"] = summary["memory"]["used_bytes"]
 
-    if result["key_count"] is None or memory["total_bytes"] is None:
-        got = _get(get, "/metrics/summary", errors)
-        if got is not None and got[0] == 200:
-            keys = _SUMMARY_KEYS_RE.search(got[1])
-            if keys and result["key_count"] is None:
-                result["key_count"] = int(keys.group(1))
-            mem = _SUMMARY_MEM_RE.search(got[1])
-            if mem and memory["total_bytes"] is None:
-                # The summary rounds to two decimals: approximate figures.
-                memory["used_bytes"] = _human_bytes(mem.group(1))
-                memory["total_bytes"] = _human_bytes(mem.group(2))
-    if result["key_count"] is None:
-        got = _get(get, "/get_all_keys", errors, timeout=5.0)
-        if got is not None and got[0] == 200:
-            result["key_count"] = sum(1 for line in got[1].splitlines() if line.strip())
-    if not found:
-        try:
-            for name in segments(get):
-                memory["segments"].setdefault(name, {"total_bytes": None, "used_bytes": None})
-        except (OSError, ClusterError):
-            pass
+    try:
+        segments = client.segments()
+    except AdminError as exc:
+        errors.append(str(exc))
+    else:
+        for segment in segments:
+            memory["segments"][segment.name] = {
+                "total_bytes": segment.capacity_bytes,
+                "used_bytes": segment.used_bytes,
+            }
+    return answered
 
 
 def report(c: Any) -> dict[str, Any]:
@@ -180,29 +132,30 @@ def report(c: Any) -> dict[str, Any]:
         errors.append("not started")
         return result
     result.update(master_addr=c.master_addr, metadata_server=c.metadata_server)
+    probes: dict[int, dict[str, Any] | None] = {}
     for role, proc in c.procs.items():
         entry: dict[str, Any] = {"pid": proc.pid, "alive": c.alive(role)}
         if role.startswith("master"):
             index = c.master_roles.index(role)
             entry["metrics_url"] = c.master_metrics_url(index)
-            got = None
-            if entry["alive"]:
-                got = health(lambda p, timeout=1.0, i=index: c._get(p, timeout, i))
+            got = probe(c, index) if entry["alive"] else None
+            probes[index] = got
             entry["role"] = (got or {}).get("role", "master" if got else None)
         result["processes"][role] = entry
     result["running"] = all(p["alive"] for p in result["processes"].values())
     for role, entry in result["processes"].items():
         if not entry["alive"]:
             errors.append(f"{role} process is not running")
-    leader = c.leader()
-    if leader is None:
+    serving = leader(c, probes)
+    if serving is None:
         errors.append("no master is serving")
         return result
-    result["leader"] = c.master_roles[leader]
-    result["metrics_url"] = c.master_metrics_url(leader)
-    fill(lambda p, timeout=HTTP_TIMEOUT: c._get(p, timeout, leader), result, errors)
+    result["leader"] = c.master_roles[serving]
+    result["metrics_url"] = c.master_metrics_url(serving)
+    answered = fill(admin(c, serving), result, errors)
     result["healthy"] = bool(
         result["running"]
+        and answered
         and result["health"] is not None
         and result["health"].get("status", "ok") == "ok"
     )

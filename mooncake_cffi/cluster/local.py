@@ -32,7 +32,6 @@ from typing import Any
 from . import _argv, _shape, _statedir, _status, loopback
 from ._common import (
     HOST,
-    HTTP_TIMEOUT,
     ClusterError,
     free_ports,
     http_get,
@@ -246,29 +245,15 @@ class LocalCluster:
         if proc.popen is not None:
             proc.popen.wait(timeout=10)
 
-    def _get(
-        self, path: str, timeout: float = HTTP_TIMEOUT, index: int | None = None
-    ) -> tuple[int, str]:
-        base = self.metrics_url if index is None else self.master_metrics_url(index)
-        return http_get(base + path, timeout=timeout)
-
     def leader(self) -> int | None:
         """Index of the master that leads and serves (0 without HA when healthy), or None."""
         if self.ports is None:
             return None
-        for index, role in enumerate(self.master_roles):
-            if role in self.procs and not self.alive(role):
-                continue
-            got = _status.health(lambda p, timeout=1.0, i=index: self._get(p, timeout, i))
-            if got is None:
-                continue
-            if got.get("service_ready", True) and (not self.ha or got.get("role") == "leader"):
-                return index
-        return None
+        return _status.leader(self)
 
     def segments(self) -> list[str]:
-        """Names of the segments mounted in the leading master."""
-        return _status.segments(self._get)
+        """Names of the segments mounted in the leading master (ClusterError if unreadable)."""
+        return _status.segment_names(self)
 
     # -- state file ----------------------------------------------------------------------
 
