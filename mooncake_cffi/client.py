@@ -55,6 +55,10 @@ _REMOVE, _SIZE, _GET_BUFFER = _OP["remove"], _OP["size"], _OP["get_buffer"]
 _FLAG_FORCE = lib.MCS_FLAG_FORCE
 _FLAG_SKIP_EXISTING = lib.MCS_FLAG_SKIP_EXISTING
 _SCRATCH_BYTES = 256 * 1024
+#: A skip-existing put reads back what it wrote, waiting this often this long for a
+#: racing writer's put to end (a key still unreadable then is reported written).
+_READBACK_ROUNDS = 20
+_READBACK_WAIT = 0.025
 #: lookup_prefix asks at least this many keys first.
 PREFIX_FIRST_WINDOW = 16
 _COMPLETION_SIZE = ffi.sizeof("struct mcs_completion")
@@ -176,13 +180,21 @@ class Client(BlockingCalls):
         writer won and the key gets :data:`EXISTED`.  (Two writers of identical bytes both
         see "written".)
         """
-        written = [i for i, r in enumerate(results) if r == 0]
-        if not written:
-            return
-        stored = self.batch_get([keys[i] for i in written], timeout=timeout)
-        for i, value in zip(written, stored):
-            if value is not None and value != memoryview(values[i]).cast("B"):
-                results[i] = EXISTED
+        todo = [i for i, r in enumerate(results) if r == 0]
+        # A racing writer's value becomes readable only when its put ends: wait for it.
+        for _attempt in range(_READBACK_ROUNDS):
+            if not todo:
+                return
+            stored = self.batch_get([keys[i] for i in todo], timeout=timeout)
+            unseen = []
+            for i, value in zip(todo, stored):
+                if value is None:
+                    unseen.append(i)
+                elif value != memoryview(values[i]).cast("B"):
+                    results[i] = EXISTED
+            todo = unseen
+            if todo:
+                time.sleep(_READBACK_WAIT)
 
     def _staging_timeout(self, timeout: Any) -> float | None:
         t = self.op_timeout if timeout is DEFAULT else timeout
