@@ -28,6 +28,7 @@ from typing import Any
 from _common import Arena, MiB, banner, cluster, our_client, parser, table, warm_segment, write_json
 
 from mooncake_cffi._binding import ffi, lib
+from mooncake_cffi._marshal import Packed
 
 
 def _tool(name: str) -> str | None:
@@ -100,16 +101,14 @@ def shim_profile(local: Any, seconds: float) -> dict[str, Any]:
         return {"error": "perf not installed"}
     c = our_client(local)
     c.put("prof/key", b"x" * 4096)
-    kb = ffi.new("char[]", b"prof/key")
-    karr = ffi.new("char *[]", [kb])
-    res = ffi.new("int64_t[]", 1)
+    batch = Packed(lib.MCS_OP_EXISTS, ["prof/key"])
     h = c._handle  # noqa: SLF001 - deliberate: the shim call without the Python layer
     stop = threading.Event()
     count = [0]
 
     def loop() -> None:
         while not stop.is_set():
-            lib.mcs_run(h, 0, karr, 1, ffi.NULL, ffi.NULL, res, 0, ffi.NULL)
+            lib.mcs_run(h, ffi.NULL, batch.batch)
             count[0] += 1
 
     th = threading.Thread(target=loop)

@@ -41,6 +41,7 @@ from _common import (
 )
 
 from mooncake_cffi._binding import ffi, lib
+from mooncake_cffi._marshal import Packed
 
 
 def main() -> None:
@@ -66,20 +67,16 @@ def main() -> None:
             raise RuntimeError("register_buffer failed")
         tptr = their_buf.ctypes.data
 
-        # The shim call alone: arrays built once, no Python-layer work per call.
-        kb = ffi.new("char[]", key.encode())
-        karr = ffi.new("char *[]", [kb])
-        res = ffi.new("int64_t[]", 1)
-        rbuf = ffi.from_buffer(ours_buf)
-        barr = ffi.new("void *[]", [rbuf])
-        sarr = ffi.new("uint64_t[]", [vs])
+        # The shim call alone: batches built once, no Python-layer work per call.
+        raw_e = Packed(lib.MCS_OP_EXISTS, [key])
+        raw_g = Packed(lib.MCS_OP_GET, [key], [ours_buf], writable=True)
         h = c._handle  # noqa: SLF001 - deliberate: measure the shim without the wrapper
 
         def raw_exists() -> object:
-            return lib.mcs_run(h, 0, karr, 1, ffi.NULL, ffi.NULL, res, 0, ffi.NULL)
+            return lib.mcs_run(h, ffi.NULL, raw_e.batch)
 
         def raw_get() -> object:
-            return lib.mcs_run(h, 1, karr, 1, barr, sarr, res, 0, ffi.NULL)
+            return lib.mcs_run(h, ffi.NULL, raw_g.batch)
 
         ops: dict[str, dict[str, Callable[[], object]]] = {
             "exists": {

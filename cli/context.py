@@ -35,6 +35,9 @@ DEFAULT_METADATA_PORT = 8080
 DEFAULT_MASTER_PORT = 50051
 DEFAULT_HOSTNAME = "127.0.0.1"
 DEFAULT_CONNECT_TIMEOUT = 2.0
+#: Default deadline of each store operation (--timeout): a few seconds, so a cut link or a
+#: stopped storage node makes a command fail instead of hanging for Mooncake's 30-120 s.
+DEFAULT_TIMEOUT = 5.0
 #: Where Mooncake reads an HA cluster's id from (the shim sets it from ``cluster_id``).
 CLUSTER_ID_ENV = "MC_STORE_CLUSTER_ID"
 #: Seconds added to the connect timeout before a stuck setup is abandoned (console only).
@@ -63,6 +66,8 @@ class Settings:
     cluster_id: str | None = None
     state_dir: Path | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    #: --timeout / MCL2_TIMEOUT: the deadline of every store operation, in seconds.
+    timeout: float = DEFAULT_TIMEOUT
     verbose: int = 0
     quiet: bool = False
     json: bool = False
@@ -262,7 +267,11 @@ class Settings:
                 if self.fast_exit:
                     watchdog = self._start_watchdog(master, meta, quiet)
                 client = Client(
-                    config, l1=l1, register_l1=l1 is not None, connect_timeout=self.connect_timeout
+                    config,
+                    l1=l1,
+                    register_l1=l1 is not None,
+                    connect_timeout=self.connect_timeout,
+                    op_timeout=self.timeout,
                 )
         except MooncakeError as exc:
             raise StoreError.wrap(
@@ -583,6 +592,17 @@ def connection_options(top_level: bool) -> Callable[[F], F]:
             callback=_store("connect_timeout"),
             help=f"Give up on an unreachable master after this long (default "
             f"{DEFAULT_CONNECT_TIMEOUT:g}).",
+        ),
+        click.option(
+            "--timeout",
+            metavar="SECONDS",
+            type=click.FloatRange(min=0.01, max=3600),
+            envvar=env("TIMEOUT"),
+            show_envvar=top_level,
+            expose_value=False,
+            callback=_store("timeout"),
+            help=f"Deadline of each store operation: past it the command fails naming the "
+            f"operation (default {DEFAULT_TIMEOUT:g}).",
         ),
         state_dir_option(top_level),
     ]

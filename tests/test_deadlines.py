@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -154,3 +156,28 @@ def test_racing_put_if_absent_has_exactly_one_winner(cluster):
     for k, value in zip(keys, stored):
         assert len(winners[k]) == 1, (k, winners[k])
         assert value == f"writer-{winners[k][0]}".encode()
+
+
+def test_mcl2_timeout_fails_a_stuck_command_naming_the_operation(frozen_cluster):
+    local, pid = frozen_cluster
+    with Client(local.client_config()) as c:
+        key = unique("cli")
+        c.put(key, b"y" * 4096)
+    mcl2 = [sys.executable, "-m", "mooncake_cffi.cli.main"]
+    where = ["--master", local.master_addr, "--metadata-server", local.metadata_server]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [*mcl2, *where, "--timeout", "0.5", "get", key, "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd="/",
+        )
+        waited = time.monotonic() - t0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert proc.returncode == 1, proc.stderr
+    assert "get" in proc.stderr and ("MCS_E_TIMEOUT" in proc.stderr or "TRANSFER" in proc.stderr)
+    assert waited < 10, waited
