@@ -123,6 +123,7 @@ class ClientHandle:
         self._l1_obj = l1
         self._l1_block_size = l1_block_size
         self._staging: Any = None
+        self._prefix_all_hit = False  # lookup_prefix: the last lookup found every key
         if register_l1:
             if l1 is None:
                 raise ValueError(

@@ -364,18 +364,18 @@ class Client(BlockingCalls):
     def lookup_prefix(self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT) -> int:
         """How many leading ``keys`` are stored: the index of the first missing one.
 
-        KV caches ask "how many leading chunks of this prompt are stored?".  The
-        keys are asked in key order in at most two lookups: first the first
-        ``max(16, n // 8)`` keys (128 of 1,024), and the rest only if all of those
-        are present.  An early miss therefore asks (and renews the read lease of)
-        only that first window; when every key is present the second lookup asks
-        the rest, for about one extra round trip over :meth:`batch_exists`
-        (bench/prefix.py measures both).  ``len(keys)`` when all are present; 0
-        for an empty sequence.
+        KV caches ask "how many leading chunks of this prompt are stored?".  Keys are
+        asked in key order.  By default the first ``max(16, n // 8)`` keys are asked
+        (128 of 1,024), and the rest only if all of those are present, so an early miss
+        asks (and renews the read lease of) only that first window.  A second round trip
+        costs about as much as a 1,024-key lookup's keys cost Mooncake, so the client
+        adapts: after a lookup that found every key, the next one asks all keys in one
+        call (as :meth:`batch_exists` does), until a lookup finds a miss again.
+        ``len(keys)`` when all are present; 0 for an empty sequence.
         """
         keys = as_list(keys)
         n = len(keys)
-        first = min(n, max(PREFIX_FIRST_WINDOW, n // 8))
+        first = n if self._prefix_all_hit else min(n, max(PREFIX_FIRST_WINDOW, n // 8))
         done = 0
         for window in (keys[:first], keys[first:]):
             if not window:
@@ -386,8 +386,10 @@ class Client(BlockingCalls):
                 self._key_errors(window, results_list(res, m))
                 raise AssertionError("unreachable")  # pragma: no cover
             if False in found:
+                self._prefix_all_hit = False
                 return done + found.index(False)
             done += m
+        self._prefix_all_hit = n > 0
         return done
 
     def namespace(self, prefix: str | bytes) -> Namespace:

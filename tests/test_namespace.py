@@ -178,9 +178,18 @@ def test_lookup_prefix_asks_only_the_first_window_when_the_miss_is_early(
         assert client.lookup_prefix(probe) == answer
         assert _exists_keys_asked(client) - before == asked, miss_at
     client.batch_put(keys[600:], [b"v"] * 424)
+    calls = client.op_stats()["exists"]["calls"]
+    assert client.lookup_prefix(keys) == 1024  # two lookups: 128, then 896
+    assert client.op_stats()["exists"]["calls"] - calls == 2
+    calls = client.op_stats()["exists"]["calls"]
+    assert client.lookup_prefix(keys) == 1024  # after an all-hit lookup: one call
+    assert client.op_stats()["exists"]["calls"] - calls == 1
     before = _exists_keys_asked(client)
-    assert client.lookup_prefix(keys) == 1024
-    assert _exists_keys_asked(client) - before == 1024  # two lookups: 128, then 896
+    assert client.lookup_prefix(keys[:3] + [f"{prefix}gap"] + keys[4:]) == 3  # all asked once
+    assert _exists_keys_asked(client) - before == 1024
+    before = _exists_keys_asked(client)
+    assert client.lookup_prefix(keys[:3] + [f"{prefix}gap"] + keys[4:]) == 3  # windows again
+    assert _exists_keys_asked(client) - before == 128
     assert client.lookup_prefix([]) == 0
 
 
