@@ -49,8 +49,10 @@ CELLS = [
     ("64 x 1 MiB", 64, MiB),
 ]
 OPS = ["batch_get", "batch_exists", "batch_remove", "get_into", "batch_put", "put_from"]
-# Mooncake's get_batch reads through its 16 MiB local buffer: 64 MiB does not fit there.
-SKIP = {("batch_get", "64 x 1 MiB"), ("put_from", "1 key"), ("put_from", "16 keys")}
+# Mooncake's get_batch and put_batch copy through its 16 MiB local buffer: 64 MiB does not
+# fit there (its put_batch fails at once), so those cells compare nothing.
+SKIP = {("batch_get", "64 x 1 MiB"), ("batch_put", "64 x 1 MiB")}
+SKIP |= {("put_from", "1 key"), ("put_from", "16 keys")}
 SKIP |= {("put_from", c) for c in ("256 keys", "1024 keys", "64 x 64 KiB")}
 
 
