@@ -15,6 +15,14 @@ The configuration is the JSON/dict LMCache's ``mooncake_store`` L2 adapter takes
 (``num_workers``, ``per_op_workers`` and Mooncake's own setup keys).
 """
 
+import os as _os
+
+if not _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_version.py")):
+    # This is the source tree (a checkout's root on sys.path, e.g. `python -c` run there),
+    # which has no built shim: every submodule comes from the installed package instead.
+    from ._source_tree import installed_package_dir
+
+    __path__ = [installed_package_dir(__file__)]
 from ._version import __version__
 from .client import EXISTED, LANES, OPS, Client, Completion, set_log_level
 from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs
@@ -37,6 +45,7 @@ from .retry import RetryPolicy
 __all__ = [
     "__version__",
     "AsyncClient",
+    "LocalCluster",
     "Client",
     "Completion",
     "EXISTED",
@@ -63,9 +72,14 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # AsyncClient pulls in asyncio (~75 ms): import it only when asked for.
+    # AsyncClient pulls in asyncio (~75 ms), LocalCluster subprocess and http: import them
+    # only when asked for.
     if name == "AsyncClient":
         from .aio import AsyncClient
 
         return AsyncClient
+    if name == "LocalCluster":
+        from .cluster import LocalCluster
+
+        return LocalCluster
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
