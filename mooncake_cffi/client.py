@@ -157,14 +157,20 @@ class Client(BlockingCalls):
                 op, keys, values, flags=flags, replicate_config=replicate_config, timeout=timeout
             )
         else:
-            results = self.staging.put(
-                keys,
-                values,
-                upsert=op == _UPSERT,
-                skip_existing=bool(flags & _FLAG_SKIP_EXISTING),
-                replicate_config=replicate_config,
-                timeout=self._staging_timeout(timeout),
-            )
+            # The staging area's put_from calls must not read back what they wrote while
+            # they hold its slots (the read needs slots too): that is done below, after.
+            self._tls.staging_put = True
+            try:
+                results = self.staging.put(
+                    keys,
+                    values,
+                    upsert=op == _UPSERT,
+                    skip_existing=bool(flags & _FLAG_SKIP_EXISTING),
+                    replicate_config=replicate_config,
+                    timeout=self._staging_timeout(timeout),
+                )
+            finally:
+                self._tls.staging_put = False
         if flags & _FLAG_SKIP_EXISTING:
             self._first_writer_wins(keys, values, results, timeout)
         return results
@@ -451,12 +457,13 @@ class Client(BlockingCalls):
                 replicate_config=replicate_config,
                 timeout=timeout,
             )
-            sent = (
-                buffers
-                if sizes is None
-                else [memoryview(b).cast("B")[:n] for b, n in zip(buffers, sizes)]
-            )
-            self._first_writer_wins(keys, sent, results, timeout)
+            if not getattr(self._tls, "staging_put", False):
+                sent = (
+                    buffers
+                    if sizes is None
+                    else [memoryview(b).cast("B")[:n] for b, n in zip(buffers, sizes)]
+                )
+                self._first_writer_wins(keys, sent, results, timeout)
             return results
         return self._run(
             _UPSERT if upsert else _PUT,
