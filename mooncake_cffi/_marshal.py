@@ -90,7 +90,6 @@ class Packed:
         flags: int = 0,
         writable: bool = False,
         replicate_config: Any = None,
-        timeout_ms: int = 0,
     ) -> None:
         n = len(keys)
         if n == 0:
@@ -100,7 +99,6 @@ class Packed:
         b.struct_size = _BATCH_SIZE
         b.op = op
         b.flags = flags
-        b.timeout_ms = timeout_ms
         b.n = n
         cdata = ffi.from_buffer(data)
         b.key_data = cdata

@@ -434,3 +434,45 @@ def test_queued_small_gets_are_merged_and_each_gets_its_own_result(cluster):
         st = c.stats()["retrieve"]
         assert st["completed"] == 201
         assert st["merged"] >= 1  # 201 batches queued behind one worker
+
+
+def test_negative_sizes_are_invalid_arguments(client):
+    k = unique()
+    client.put(k, b"v" * 10)
+    with pytest.raises(mc.InvalidArgumentError, match="negative"):
+        client.get_into([k], [bytearray(10)], sizes=[-1])
+    with pytest.raises(mc.InvalidArgumentError, match="negative"):
+        client.put_from([k], [b"v" * 10], sizes=[-5])
+
+
+def test_get_of_a_large_value_copies_it_once(cluster, client):
+    """A 96 MiB get peaks near one copy of the value (no read buffer copied into bytes)."""
+    import subprocess
+    import sys
+
+    key = unique("big")
+    client.put(key, os.urandom(96 << 20))
+    # VmHWM: this process's peak RSS (ru_maxrss would include the parent's, across exec).
+    script = f"""
+def peak_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+from mooncake_cffi import Client
+with Client({cluster.client_config()!r}) as c:
+    c.exists({key!r})
+    before = peak_kib()
+    got = c.get({key!r})
+    after = peak_kib()
+    assert got is not None and len(got) == 96 << 20
+    print((after - before) // 1024)
+"""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd="/"
+        )
+    finally:
+        client.remove(key, force=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    grown_mib = int(proc.stdout.split()[-1])
+    assert 90 <= grown_mib < 96 * 1.5, grown_mib  # one copy (96 MiB), not two

@@ -181,3 +181,32 @@ def test_mcl2_timeout_fails_a_stuck_command_naming_the_operation(frozen_cluster)
     assert proc.returncode == 1, proc.stderr
     assert "get" in proc.stderr and ("MCS_E_TIMEOUT" in proc.stderr or "TRANSFER" in proc.stderr)
     assert waited < 10, waited
+
+
+def test_a_cancelled_async_get_into_keeps_its_buffer_until_mooncake_is_done(frozen_cluster):
+    """wait_for cancels the waiting, not the transfer: the client keeps the batch (and the
+    caller's buffer) referenced until Mooncake finishes, then drops it."""
+    import asyncio
+    import gc
+
+    local, pid = frozen_cluster
+
+    async def main() -> None:
+        async with mc.AsyncClient(local.client_config()) as ac:
+            key = unique("async")
+            await ac.put(key, b"z" * 8192)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                buf = bytearray(8192)
+                with pytest.raises((asyncio.TimeoutError, MooncakeTimeoutError)):
+                    await asyncio.wait_for(ac.get_into([key], [buf]), 0.3)
+                del buf
+                gc.collect()  # the client still holds the buffer: nothing is freed under it
+                assert ac.client.in_flight >= 1
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await asyncio.wait_for(ac.quiesce(), 60)
+            assert ac.client.in_flight == 0
+            assert await ac.get(key) == b"z" * 8192
+
+    asyncio.run(main())
