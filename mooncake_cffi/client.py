@@ -132,8 +132,14 @@ class Client(BlockingCalls):
         connect_timeout: seconds to wait for the master / metadata server to
             accept a TCP connection before failing with :class:`TransportError`.
         op_timeout: default deadline in seconds of every blocking call (None: no
-            deadline); each method's ``timeout=`` overrides it.  See
-            :class:`MooncakeTimeoutError` for what a timed-out call leaves behind.
+            deadline, the default: a deadline costs a thread hand-off per call, about
+            10 us); each method's ``timeout=`` overrides it.  A timed-out call raises
+            :class:`MooncakeTimeoutError`; its batch goes on inside the shim, which keeps
+            the call's buffers referenced until it ends (:attr:`in_flight`), so do not
+            reuse them before.  Setting it also shortens Mooncake's own waits
+            (``MC_RPC_TIMEOUT_MS``, ``MC_TCP_STATUS_TIMEOUT_SEC``) unless already set.
+        retry: a :class:`RetryPolicy` for per-key failures that may succeed when tried
+            again (None: no retries).
 
     Blocking methods are thread-safe and release the GIL.  Use as a context
     manager, or call :meth:`close`.  A client cannot be used in a forked child.
