@@ -32,6 +32,7 @@ from .errors import (
     TransportError,
     error_name,
 )
+from .wheel import UnsupportedWheelError, mooncake_version
 
 __all__ = [
     "__version__",
@@ -57,6 +58,8 @@ __all__ = [
     "NoSpaceError",
     "QueueFullError",
     "TransportError",
+    "UnsupportedWheelError",
+    "mooncake_version",
 ]
 
 
