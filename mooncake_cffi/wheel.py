@@ -12,7 +12,7 @@ with), never by guessing:
 * :func:`prepare_runtime` makes ``store.so`` loadable on the wheels whose "non-cuda" build
   links ``libcudart.so.12`` without shipping it (from ``nvidia-cuda-runtime-cu12``);
 * :func:`adapt_setup_config` rewrites the setup keys the older wheels read differently
-  (a client that contributes no memory; sizes with units);
+  (sizes with units);
 * :func:`master_flags` and :func:`binary_env` tell the local cluster how to start the
   wheel's binaries; :func:`pybind11_abi_ids` what ``_marshal`` hands pybind11's conduit.
 """
@@ -68,8 +68,6 @@ _DIST_OF = {variant: dist for dist, variant in DISTRIBUTIONS.items()}
 
 #: Before this version, setup refuses global_segment_size 0 and reads sizes as plain integers.
 _ZERO_SEGMENT_FROM = (0, 3, 12, -1)
-#: The smallest segment those versions accept (1 KiB).
-_MIN_SEGMENT = 1024
 _SIZE_KEYS = ("global_segment_size", "local_buffer_size")
 _CUDART = "libcudart.so.12"
 _PROBE_TIMEOUT = 10.0
@@ -353,19 +351,18 @@ def _plain_bytes(value: str) -> str:
 def adapt_setup_config(setup: Mapping[str, str], wheel: Wheel | None = None) -> dict[str, str]:
     """The setup keys as the installed wheel reads them (a copy; ``setup`` is not changed).
 
-    Before 0.3.12, setup refuses ``global_segment_size`` 0 (it wants 1 KiB .. 1 TiB) and reads
-    ``"32 MB"`` as 32: sizes with units become bytes, and a client asked to contribute no
-    memory contributes the smallest segment the wheel accepts, 1 KiB.
+    Before 0.3.12, setup reads ``"32 MB"`` as 32 (the leading digits): sizes with units
+    become bytes.  Those wheels also refuse ``global_segment_size`` 0; the shim sets such a
+    client up through the overload they forward to, which skips the mount (see
+    ``shim/src/mooncake_backend.cpp``), so ``"0"`` is kept as ``"0"``.
     """
     wheel = wheel or detect()
     out = dict(setup)
-    if wheel.accepts_zero_segment:
+    if wheel.sizes_with_units:
         return out
     for key in _SIZE_KEYS:
         if key in out:
             out[key] = _plain_bytes(out[key])
-    if out.get("global_segment_size", "").strip() == "0":
-        out["global_segment_size"] = str(_MIN_SEGMENT)
     return out
 
 
