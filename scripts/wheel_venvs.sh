@@ -19,7 +19,7 @@ src=$PWD
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 root=${MOONCAKE_CFFI_WHEEL_VENVS:-$HOME/.cache/mooncake-cffi/wheel-venvs}
-tests=${WHEEL_TESTS:-tests/test_client.py tests/test_cli.py}
+tests=${WHEEL_TESTS:-tests/test_wheel.py tests/test_client.py tests/test_cli.py}
 variant=cpu run_tests=0 versions=()
 while [ $# -gt 0 ]; do
     case "$1" in
