@@ -119,12 +119,12 @@ def test_binaries_get_the_cuda_runtime_only_where_they_link_it() -> None:
 
 
 def test_the_pybind11_abi_id_read_from_the_wheel_opens_a_replicate_config() -> None:
-    import mooncake.store as store
-
     from mooncake_cffi._binding import ensure_mooncake_loaded
     from mooncake_cffi._marshal import replicate_pointer
 
-    ensure_mooncake_loaded()
+    ensure_mooncake_loaded()  # first: it preloads libcudart where store.so needs it
+    import mooncake.store as store
+
     ids = wheel.pybind11_abi_ids()
     assert ids and all(i.startswith(b"_") for i in ids)
     assert replicate_pointer(store.ReplicateConfig()) is not None
