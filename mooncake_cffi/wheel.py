@@ -51,11 +51,11 @@ __all__ = [
     "unsupported",
 ]
 
-#: The supported range, both ends included (scripts/wheel_venvs.sh reads these two lines).
+#: The supported range, both ends included (scripts/wheel_venvs.sh reads these lines).
 OLDEST = "0.3.10.post2"
 NEWEST = "0.3.13.post1"
 #: The version the ``cpu`` / ``cuda`` extras pin (the one the full test suite runs on).
-DEFAULT_VERSION = NEWEST
+DEFAULT_VERSION = "0.3.13.post1"
 #: Versions whose client and CLI integration tests have passed (the README's table).
 TESTED = ("0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13", "0.3.13.post1")
 

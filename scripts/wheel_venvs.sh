@@ -4,6 +4,8 @@
 #
 #   scripts/wheel_venvs.sh [--test] [--variant cpu|cuda] VERSION...    e.g. 0.3.10.post2 0.3.13.post1
 #   scripts/wheel_venvs.sh --test oldest newest                        the supported range's ends
+#   scripts/wheel_venvs.sh --test ends      the oldest, and the newest unless it is the default
+#                                           (which the full suite already runs on: CI)
 #
 # Venvs live in $MOONCAKE_CFFI_WHEEL_VENVS (default: ~/.cache/mooncake-cffi/wheel-venvs, kept
 # outside the work tree so fresh clones on the same machine reuse them).  A venv that already
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --test) run_tests=1 ;;
         --variant) variant=${2:?--variant needs cpu or cuda}; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) versions+=("$1") ;;
     esac
     shift
@@ -42,7 +44,7 @@ range_end() {
     python3 - "$1" <<'EOF'
 import re, sys
 text = open("mooncake_cffi/wheel.py").read()
-name = {"oldest": "OLDEST", "newest": "NEWEST"}[sys.argv[1]]
+name = {"oldest": "OLDEST", "newest": "NEWEST", "default": "DEFAULT_VERSION"}[sys.argv[1]]
 print(re.search(rf'^{name} = "([^"]+)"', text, re.M).group(1))
 EOF
 }
@@ -70,8 +72,17 @@ build() {
     "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$src" || return 1
 }
 
-summary=() failed=0
+expanded=()
 for ver in "${versions[@]}"; do
+    if [ "$ver" = ends ]; then
+        expanded+=(oldest)
+        [ "$(range_end newest)" = "$(range_end default)" ] || expanded+=(newest)
+    else
+        expanded+=("$ver")
+    fi
+done
+summary=() failed=0
+for ver in "${expanded[@]}"; do
     case "$ver" in oldest|newest) ver=$(range_end "$ver") ;; esac
     venv=$root/$variant-$ver
     mkdir -p "$root"

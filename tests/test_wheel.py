@@ -162,3 +162,17 @@ def test_a_client_may_still_contribute_a_segment(make_cluster) -> None:
         assert len(local.segments()) == 2
         client.put("wheel-own-segment", b"x")
     assert client.closed
+
+
+def test_the_extras_pin_the_default_wheel() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    for variant, dist in (
+        ("cpu", "mooncake-transfer-engine-non-cuda"),
+        ("cuda", "mooncake-transfer-engine"),
+    ):
+        assert extras[variant] == [f"{dist}=={wheel.DEFAULT_VERSION}"]
+    v = wheel.parse_version
+    assert v(wheel.OLDEST) <= v(wheel.DEFAULT_VERSION) <= v(wheel.NEWEST)
+    assert set(wheel.TESTED) >= {wheel.OLDEST, wheel.NEWEST, wheel.DEFAULT_VERSION}
