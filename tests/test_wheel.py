@@ -20,7 +20,7 @@ from mooncake_cffi.cli import cli
 import mooncake_cffi
 from mooncake_cffi import wheel
 from mooncake_cffi.cluster import LocalCluster
-from mooncake_cffi.cluster._common import MASTER_BINARY, find_binary
+from mooncake_cffi.cluster._common import MASTER_BINARY, ClusterError, find_binary
 
 
 def test_mooncake_version_is_the_installed_wheels() -> None:
@@ -176,3 +176,10 @@ def test_the_extras_pin_the_default_wheel() -> None:
     v = wheel.parse_version
     assert v(wheel.OLDEST) <= v(wheel.DEFAULT_VERSION) <= v(wheel.NEWEST)
     assert set(wheel.TESTED) >= {wheel.OLDEST, wheel.NEWEST, wheel.DEFAULT_VERSION}
+
+
+def test_ha_masters_are_refused_by_name_where_the_master_has_no_oplog(make_cluster) -> None:
+    if "enable_oplog" in wheel.master_flags(find_binary(MASTER_BINARY)):
+        pytest.skip("this master has -enable_oplog: HA masters run (tests/test_ha.py)")
+    with pytest.raises(ClusterError, match=r"HA masters .*-enable_oplog, which mooncake_master"):
+        make_cluster(ha=True).start(timeout=30)
