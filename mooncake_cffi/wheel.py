@@ -218,32 +218,40 @@ def check_supported(wheel: Wheel | None = None) -> Wheel:
 
 
 def needed_libraries(path: Path) -> list[str]:
-    """The DT_NEEDED entries of an ELF64 little-endian file ([] if it is not one)."""
+    """The DT_NEEDED entries of an ELF64 little-endian file ([] if it is not one).
+
+    Reads only the ELF header, the section headers, the dynamic section and its strings.
+    """
     try:
-        data = path.read_bytes()
-    except OSError:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return []
+            (shoff,) = struct.unpack_from("<Q", head, 0x28)
+            shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+            fh.seek(shoff)
+            table = fh.read(shentsize * shnum)
+            sections = [
+                struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)
+            ]
+            out: list[str] = []
+            for sh in sections:
+                if sh[1] != 6:  # SHT_DYNAMIC
+                    continue
+                fh.seek(sh[4])
+                dynamic = fh.read(sh[5])
+                strtab = sections[sh[6]]
+                fh.seek(strtab[4])
+                strings = fh.read(strtab[5])
+                for pos in range(0, len(dynamic) - 15, 16):
+                    tag, val = struct.unpack_from("<qQ", dynamic, pos)
+                    if tag == 0:
+                        break
+                    if tag == 1:  # DT_NEEDED
+                        out.append(strings[val : strings.index(b"\0", val)].decode())
+            return out
+    except (OSError, struct.error, ValueError, IndexError):
         return []
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return []
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [
-        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
-    ]
-    out: list[str] = []
-    for sh in sections:
-        if sh[1] != 6:  # SHT_DYNAMIC
-            continue
-        strtab = sections[sh[6]]
-        str_off = strtab[4]
-        for pos in range(sh[4], sh[4] + sh[5], 16):
-            tag, val = struct.unpack_from("<qQ", data, pos)
-            if tag == 0:
-                break
-            if tag == 1:  # DT_NEEDED
-                end = data.index(b"\0", str_off + val)
-                out.append(data[str_off + val : end].decode())
-    return out
 
 
 def _loadable(name: str) -> bool:
@@ -375,7 +383,7 @@ def pybind11_abi_ids(wheel: Wheel | None = None) -> list[bytes]:
     """pybind11 ABI ids ``store.so`` may use for its conduit, most likely first.
 
     Read from the internals capsule name pybind11 leaves in ``builtins`` once
-    ``mooncake.store`` is imported, then from the same name inside ``store.so``.
+    ``mooncake.store`` is imported, else from the same name inside ``store.so``.
     """
     ids: list[bytes] = []
     for name in vars(builtins):
@@ -383,7 +391,7 @@ def pybind11_abi_ids(wheel: Wheel | None = None) -> list[bytes]:
         if m and m.group(1) not in ids:
             ids.append(m.group(1))
     wheel = wheel or detect()
-    if wheel.store_path is not None:
+    if not ids and wheel.store_path is not None:
         try:
             data = wheel.store_path.read_bytes()
         except OSError:
