@@ -45,6 +45,7 @@ __all__ = [
     "describe",
     "detect",
     "master_flags",
+    "missing_runtime",
     "mooncake_version",
     "prepare_runtime",
     "pybind11_abi_ids",
@@ -170,8 +171,7 @@ def _detect() -> Wheel:
 def install_command(variant: str = "") -> str:
     """The pip command that installs the tested default wheel of ``variant`` (cpu by default)."""
     extra = variant if variant in _DIST_OF else "cpu"
-    pinned = f"{_DIST_OF[extra]}=={DEFAULT_VERSION}"
-    return f"pip install '{pinned}'  (or: pip install 'mooncake-cffi[{extra}]')"
+    return f"pip install '{_DIST_OF[extra]}=={DEFAULT_VERSION}'"
 
 
 def unsupported(wheel: Wheel, problem: str) -> UnsupportedWheelError:
@@ -296,8 +296,8 @@ def prepare_runtime(wheel: Wheel | None = None) -> None:
                 raise ImportError(
                     f"{wheel.distribution or 'Mooncake'} {wheel.version}: its store.so needs "
                     f"{_CUDART}, which the wheel does not ship; install it with: "
-                    "pip install nvidia-cuda-runtime-cu12  (or use "
-                    f"{install_command(wheel.variant)})"
+                    "pip install nvidia-cuda-runtime-cu12; or install the default wheel, "
+                    f"which does not need it: {install_command(wheel.variant)}"
                 )
             ctypes.CDLL(str(found / _CUDART), mode=ctypes.RTLD_GLOBAL)
             _cudart_dir = found
@@ -319,6 +319,17 @@ def binary_env(binary: Path, base: Mapping[str, str] | None = None) -> dict[str,
     old = base.get("LD_LIBRARY_PATH", "")
     parts = [str(found)] + [p for p in old.split(":") if p and p != str(found)]
     return {"LD_LIBRARY_PATH": ":".join(parts)}
+
+
+def missing_runtime(binary: Path) -> str | None:
+    """Why ``binary`` cannot start (a message with the fix), or None when it can."""
+    if _CUDART not in needed_libraries(binary) or _loadable(_CUDART) or _find_cudart():
+        return None
+    w = detect()
+    return (
+        f"{binary.name} of {w.distribution or 'Mooncake'} {w.version} needs {_CUDART}, which "
+        "the wheel does not ship; install it with: pip install nvidia-cuda-runtime-cu12"
+    )
 
 
 def master_flags(binary: Path) -> frozenset[str]:

@@ -49,8 +49,13 @@ print(re.search(rf'^{name} = "([^"]+)"', text, re.M).group(1))
 EOF
 }
 
-# Wheels whose store.so links libcudart.so.12 without bundling it (see mooncake_cffi/wheel.py).
-needs_cudart() { case "$1" in 0.3.12.post1|0.3.13|0.3.13.post1) return 0 ;; *) return 1 ;; esac; }
+# Whether the installed wheel's store.so or binaries link libcudart.so.12 (the "non-cuda"
+# 0.3.12, 0.3.12.post1 and 0.3.13 do, without shipping it).
+needs_cudart() {
+    local pkg
+    pkg=$("$1/bin/python" -c 'import importlib.util as u; print(list(u.find_spec("mooncake").submodule_search_locations)[0])') || return 1
+    grep -qs 'libcudart\.so\.12' "$pkg/store.so" "$pkg/mooncake_master" "$pkg/mooncake_client"
+}
 
 build() {
     local ver=$1 venv=$2
@@ -62,11 +67,14 @@ build() {
     have=$("$venv/bin/python" -m pip show "$dist" 2>/dev/null | sed -n 's/^Version: //p')
     if [ "$have" != "$ver" ]; then
         log "installing $dist==$ver into $venv"
-        local extra=()
-        needs_cudart "$ver" && extra+=(nvidia-cuda-runtime-cu12)
-        "$venv/bin/python" -m pip install -q "$dist==$ver" "${extra[@]}" \
+        "$venv/bin/python" -m pip install -q "$dist==$ver" \
             cffi numpy click pytest hypothesis prometheus_client meson ninja \
             || return 1
+    fi
+    if needs_cudart "$venv" && ! "$venv/bin/python" -m pip show -q nvidia-cuda-runtime-cu12 \
+        >/dev/null 2>&1; then
+        log "Mooncake $ver links libcudart.so.12: installing nvidia-cuda-runtime-cu12"
+        "$venv/bin/python" -m pip install -q nvidia-cuda-runtime-cu12 || return 1
     fi
     log "installing this package into $venv (Mooncake $ver)"
     "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$src" || return 1

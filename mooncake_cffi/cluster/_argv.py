@@ -108,6 +108,9 @@ def _runnable(binary: Path) -> Path:
     it: ``nvidia-cuda-runtime-cu12``'s directory goes on this process's ``LD_LIBRARY_PATH``,
     which every process the cluster spawns inherits.
     """
+    problem = wheel.missing_runtime(binary)
+    if problem:
+        raise ClusterError(problem)
     os.environ.update(wheel.binary_env(binary))
     return binary
 
