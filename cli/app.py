@@ -51,6 +51,8 @@ class Mcl2Group(click.Group):
             raise StoreError.wrap(exc) from None
         except (ClusterError, AdminError) as exc:
             raise CliError(str(exc)) from None
+        except ImportError as exc:  # Mooncake missing, unsupported (UnsupportedWheelError), ...
+            raise CliError(str(exc)) from None
         except KeyboardInterrupt as exc:  # SIGINT, and SIGTERM (interrupts.Terminated)
             raise Interrupted(describe(exc), exit_status(exc)) from None
         except OSError as exc:

@@ -57,13 +57,17 @@ def test_every_version_in_the_range_is_accepted(version: str) -> None:
     assert wheel.check_supported(found) is found
 
 
-def test_client_refuses_an_unsupported_wheel_before_touching_mooncake(tmp_path: Path) -> None:
-    # Wheel metadata that claims 0.3.9, ahead of the real one on sys.path.
-    info = tmp_path / "mooncake_transfer_engine_non_cuda-0.3.9.dist-info"
+def _fake_metadata(where: Path, version: str) -> None:
+    """Wheel metadata that claims ``version``, to put ahead of the real one on sys.path."""
+    info = where / f"mooncake_transfer_engine_non_cuda-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: mooncake-transfer-engine-non-cuda\nVersion: 0.3.9\n"
+        f"Metadata-Version: 2.1\nName: mooncake-transfer-engine-non-cuda\nVersion: {version}\n"
     )
+
+
+def test_client_refuses_an_unsupported_wheel_before_touching_mooncake(tmp_path: Path) -> None:
+    _fake_metadata(tmp_path, "0.3.9")
     code = textwrap.dedent(
         """
         import sys
@@ -92,6 +96,18 @@ def test_client_refuses_an_unsupported_wheel_before_touching_mooncake(tmp_path: 
     assert lines[0].startswith("unsupported Mooncake wheel: found ")
     assert "0.3.9" in lines[0] and wheel.OLDEST in lines[0] and "pip install" in lines[0]
     assert lines[1] == "mooncake.store imported: False"
+
+
+def test_mcl2_reports_an_unsupported_wheel_in_one_line(tmp_path: Path) -> None:
+    _fake_metadata(tmp_path, "0.3.9")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop(wheel.ALLOW_ENV, None)
+    argv = [str(Path(sys.executable).with_name("mcl2")), "--master", "127.0.0.1:1"]
+    argv += ["--metadata-server", "http://127.0.0.1:1/metadata", "exists", "k"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.startswith("Error: unsupported Mooncake wheel: found ")
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr  # no traceback
 
 
 def test_store_so_is_probed_for_the_libraries_it_needs() -> None:
