@@ -60,6 +60,8 @@ DEFAULT_VERSION = "0.3.13.post1"
 #: Versions whose client and CLI integration tests have passed (the README's table).
 TESTED = ("0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13", "0.3.13.post1")
 
+_OLDEST = (0, 3, 10, 2)
+_NEWEST = (0, 3, 13, 1)
 #: Distribution name -> variant.  Both install the same ``mooncake`` package.
 DISTRIBUTIONS = {
     "mooncake-transfer-engine-non-cuda": "cpu",
@@ -115,7 +117,7 @@ class Wheel:
     def supported(self) -> bool:
         """True when the version lies in :data:`OLDEST` .. :data:`NEWEST`."""
         v = self.version_tuple
-        return v is not None and parse_version(OLDEST) <= v <= parse_version(NEWEST)  # type: ignore[operator]
+        return v is not None and _OLDEST <= v <= _NEWEST
 
     @property
     def accepts_zero_segment(self) -> bool:
@@ -279,7 +281,7 @@ def _find_cudart() -> Path | None:
 def prepare_runtime(wheel: Wheel | None = None) -> None:
     """Make ``store.so`` loadable: preload libcudart.so.12 where the wheel needs it.
 
-    0.3.12.post1 and 0.3.13 "non-cuda" link ``libcudart.so.12`` without bundling it.  When
+    0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" link ``libcudart.so.12`` without bundling it.  When
     the system loader cannot find it, the copy from the ``nvidia-cuda-runtime-cu12`` pip
     package is loaded (RTLD_GLOBAL), so store.so's dlopen finds it; its directory is also
     what :func:`binary_env` adds for the wheel's binaries.  Raises ImportError with the

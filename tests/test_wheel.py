@@ -199,3 +199,9 @@ def test_ha_masters_are_refused_by_name_where_the_master_has_no_oplog(make_clust
         pytest.skip("this master has -enable_oplog: HA masters run (tests/test_ha.py)")
     with pytest.raises(ClusterError, match=r"HA masters .*-enable_oplog, which mooncake_master"):
         make_cluster(ha=True).start(timeout=30)
+
+
+def test_the_range_ends_parse_to_the_tuples_compared() -> None:
+    assert wheel.parse_version(wheel.OLDEST) == wheel._OLDEST
+    assert wheel.parse_version(wheel.NEWEST) == wheel._NEWEST
+    assert wheel.parse_version("0.3.13") < wheel.parse_version("0.3.13.post0")

@@ -104,7 +104,7 @@ def storage(c: Any, index: int) -> tuple[list[str], str]:
 def _runnable(binary: Path) -> Path:
     """``binary``, after making sure the processes this one starts can load its libraries.
 
-    The 0.3.12.post1 and 0.3.13 "non-cuda" binaries link libcudart.so.12 without shipping
+    The 0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" binaries link libcudart.so.12 without shipping
     it: ``nvidia-cuda-runtime-cu12``'s directory goes on this process's ``LD_LIBRARY_PATH``,
     which every process the cluster spawns inherits.
     """
