@@ -58,7 +58,15 @@ NEWEST = "0.3.13.post1"
 #: The version the ``cpu`` / ``cuda`` extras pin (the one the full test suite runs on).
 DEFAULT_VERSION = "0.3.13.post1"
 #: Versions whose client and CLI integration tests have passed (the README's table).
-TESTED = ("0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13", "0.3.13.post1")
+TESTED = (
+    "0.3.10.post2",
+    "0.3.11",
+    "0.3.11.post1",
+    "0.3.12",
+    "0.3.12.post1",
+    "0.3.13",
+    "0.3.13.post1",
+)
 
 _OLDEST = (0, 3, 10, 2)
 _NEWEST = (0, 3, 13, 1)
