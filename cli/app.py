@@ -51,6 +51,8 @@ class Mcl2Group(click.Group):
             raise StoreError.wrap(exc) from None
         except (ClusterError, AdminError) as exc:
             raise CliError(str(exc)) from None
+        except ImportError as exc:  # Mooncake missing, unsupported (UnsupportedWheelError), ...
+            raise CliError(str(exc)) from None
         except KeyboardInterrupt as exc:  # SIGINT, and SIGTERM (interrupts.Terminated)
             raise Interrupted(describe(exc), exit_status(exc)) from None
         except OSError as exc:
@@ -89,8 +91,30 @@ def _version() -> str:
         return "unknown"
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``mcl2 --version``: this package's version, then the Mooncake wheel in use."""
+    if not value or ctx.resilient_parsing:
+        return
+    try:
+        from mooncake_cffi.wheel import describe
+
+        wheel_line = describe()
+    except Exception as exc:  # pragma: no cover - broken installation
+        wheel_line = f"Mooncake: cannot tell ({exc})"
+    click.echo(f"mcl2 (mooncake-cffi) {_version()}\n{wheel_line}")
+    ctx.exit()
+
+
 @click.group(cls=Mcl2Group, context_settings=CONTEXT_SETTINGS)
-@click.version_option(_version(), "-V", "--version", prog_name="mcl2")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_print_version,
+    help="Print the version of mcl2 and of the Mooncake wheel in use, and exit.",
+)
 @connection_options(top_level=True)
 @admin_option(top_level=True)
 @output_options(

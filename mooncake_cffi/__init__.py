@@ -41,6 +41,7 @@ from .errors import (
     error_name,
 )
 from .retry import RetryPolicy
+from .wheel import UnsupportedWheelError, mooncake_version
 
 __all__ = [
     "__version__",
@@ -68,6 +69,8 @@ __all__ = [
     "NoSpaceError",
     "QueueFullError",
     "TransportError",
+    "UnsupportedWheelError",
+    "mooncake_version",
 ]
 
 

@@ -75,23 +75,33 @@ def strerror(code: int) -> str:
 
 
 def ensure_mooncake_loaded() -> None:
-    """Import Mooncake's wheel and hand its ``store.so`` to the shim (once)."""
+    """Check the installed Mooncake wheel, import it and hand its ``store.so`` to the shim (once).
+
+    An unsupported wheel (outside the range, or whose ``store.so`` lacks a symbol the shim
+    needs) raises :class:`mooncake_cffi.wheel.UnsupportedWheelError`, one message naming the
+    version found, the range supported and the install command.  On the wheels that need
+    ``libcudart.so.12`` without shipping it, it is preloaded first (see
+    :func:`mooncake_cffi.wheel.prepare_runtime`).
+    """
     if lib.mcs_loaded():
         return
     with _load_lock:
         if lib.mcs_loaded():
             return
+        from . import wheel
+
+        found = wheel.check_supported()
+        wheel.prepare_runtime(found)
         try:
             import mooncake.store as store  # noqa: F401  (ReplicateConfig lives there)
         except ImportError as exc:
             raise ImportError(
-                "Mooncake's wheel is not importable ("
-                f"{exc}). Install exactly one of: "
-                "'mooncake-cffi[cpu]' (mooncake-transfer-engine-non-cuda, CPU-only machines) "
-                "or 'mooncake-cffi[cuda]' (mooncake-transfer-engine, needs libcuda.so.1). "
-                "It also needs the system libraries libibverbs1, libnuma1 and libcurl4."
+                f"{found.distribution or 'Mooncake'} {found.version} is installed but "
+                f"mooncake.store does not import ({exc}). It needs the system libraries "
+                "libibverbs1, libnuma1 and libcurl4; the CUDA wheel (mooncake-transfer-engine) "
+                f"also needs libcuda.so.1 (on a CPU-only machine: {wheel.install_command('cpu')})"
             ) from exc
         path = store.__file__
         rc = lib.mcs_load(os.fsencode(path))
         if rc != 0:
-            raise ImportError(f"loading Mooncake failed: {last_error()}")
+            raise wheel.unsupported(found, f"loading it failed: {last_error()}")

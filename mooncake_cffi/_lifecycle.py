@@ -22,6 +22,7 @@ from .config import StoreConfig
 from .errors import ClosedError, check
 from .retry import RetryPolicy
 from .status import MCS_E_CLOSED
+from .wheel import adapt_setup_config
 
 __all__ = ["ClientHandle", "default_replicate_config"]
 
@@ -166,7 +167,9 @@ class ClientHandle:
         lanes.tile_keys = _non_negative_int("tile_keys", tile_keys)
         lanes.coalesce_keys = _non_negative_int("coalesce_keys", coalesce_keys)
 
-        items = list(cfg.setup_config.items())
+        # Wheel adaptation (mooncake_cffi.wheel): wheels before 0.3.12 refuse
+        # global_segment_size 0 and read "32 MB" as 32; the keys are rewritten for them.
+        items = list(adapt_setup_config(cfg.setup_config).items())
         ckeys = [ffi.new("char[]", k.encode()) for k, _ in items]
         cvals = [ffi.new("char[]", v.encode()) for _, v in items]
         out = ffi.new("mcs_client **")

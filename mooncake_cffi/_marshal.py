@@ -265,13 +265,13 @@ class _ReplicateConfigs:
 
     pybind11's cross-module conduit hands out the address of the C++ object,
     type-checked against the shim's ``typeid(mooncake::ReplicateConfig)``.  The
-    conduit is keyed by the pybind11 ABI id of the module that built the object;
-    it is read from the wheel (``mooncake.store``'s internals capsule name) rather
-    than assumed, since it changed between Mooncake releases.
+    conduit is keyed by the pybind11 ABI id of the module that built the object
+    (``_gcc_libstdcpp_cxxabi1016`` up to 0.3.11, ``...1018`` from 0.3.12): it is read
+    from the wheel (:func:`mooncake_cffi.wheel.pybind11_abi_ids`) rather than assumed,
+    and the first id the conduit answers is kept.
     """
 
     _CAPSULE_NAME = b"N8mooncake15ReplicateConfigE"
-    _ABI_IDS = (b"_gcc_libstdcpp_cxxabi1018", b"_gcc_libstdcpp_cxxabi1016")
 
     def __init__(self) -> None:
         api = ctypes.pythonapi
@@ -284,18 +284,27 @@ class _ReplicateConfigs:
         typeid = int(ffi.cast("uintptr_t", lib.mcs_replicate_config_typeid()))
         self._typeid_capsule = self._new(typeid, b"St9type_info", None)
         self._abi_id: bytes | None = None
+        from .wheel import pybind11_abi_ids
+
+        self._abi_ids = pybind11_abi_ids()
 
     def pointer(self, obj: Any) -> Any:
         conduit = getattr(obj, "_pybind11_conduit_v1_", None)
         capsule = None
         if conduit is not None:
-            ids = (self._abi_id,) if self._abi_id else self._ABI_IDS
+            ids = (self._abi_id,) if self._abi_id else self._abi_ids
             for abi_id in ids:
                 capsule = conduit(abi_id, self._typeid_capsule, b"raw_pointer_ephemeral")
                 if capsule is not None:
                     self._abi_id = abi_id
                     break
         if capsule is None:
+            if self._abi_id is None and type(obj).__module__ == "mooncake.store":
+                tried = ", ".join(i.decode() for i in self._abi_ids) or "none found"
+                raise TypeError(
+                    "cannot take the address of this mooncake.store.ReplicateConfig: its "
+                    f"pybind11 conduit answers none of the ABI ids read from the wheel ({tried})"
+                )
             raise TypeError(
                 "replicate_config must be a mooncake.store.ReplicateConfig, "
                 f"not {type(obj).__name__}"

@@ -7,7 +7,10 @@
 #   5. the LMCache tier: PyPI lmcache in a virtualenv of its own, cached between runs
 #      (scripts/install_lmcache.sh), runs tests/test_lmcache_{upstream_cases,factory,cli}.py
 #      (skip with MOONCAKE_CFFI_SKIP_LMCACHE=1);
-#   6. the pytest suite against real clusters started by its fixtures.
+#   6. the pytest suite against real clusters started by its fixtures;
+#   7. the wheel, client and CLI integration tests on the oldest supported Mooncake wheel
+#      (and on the newest when it is not the default the suite ran on), in venvs cached
+#      by scripts/wheel_venvs.sh (~1 min to build the first time, ~2 min per run).
 # Extra arguments go to the final pytest run (e.g. -k lease, -x).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +40,8 @@ if [ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ]; then
     step "LMCache tier (lmcache from PyPI)" lmcache_tier
 fi
 step "pytest suite" pytest -q "$@"
+step "client and CLI tests on the oldest/newest supported Mooncake wheels" \
+    scripts/wheel_venvs.sh --test ends
 
 echo
 if [ "$failed" -gt 0 ]; then

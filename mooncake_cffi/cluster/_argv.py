@@ -4,14 +4,22 @@ Each builder returns ``(argv, marker)``: the marker is an element of ``argv`` un
 process (a flag with one of its ports), used to recognise it later.  ``c`` is the
 :class:`~.local.LocalCluster`; ``c.address(role)`` is the address the role listens on
 (127.0.0.1, or its host's address in a :class:`mooncake_cffi.topology.Topology`).
+
+Flags differ between Mooncake wheels: the master's are read from its ``--helpfull``
+(:func:`mooncake_cffi.wheel.master_flags`).  An optional flag the installed master lacks is
+left out (``-metrics_host`` before 0.3.13: the loopback preload still keeps the port on the
+cluster's address); a feature whose flag is missing is refused by name.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from ._common import MASTER_BINARY, STORAGE_BINARY, find_binary, find_etcd
+from .. import wheel
+from ._common import MASTER_BINARY, STORAGE_BINARY, ClusterError, find_binary, find_etcd
 
 ETCD_DATA = "etcd-data"
 
@@ -45,14 +53,17 @@ def metadata(c: Any) -> tuple[list[str], str]:
 def master(c: Any, index: int) -> tuple[list[str], str]:
     role = c.master_roles[index]
     host = c.address(role)
+    binary = _runnable(find_binary(MASTER_BINARY))
+    known = wheel.master_flags(binary)
     marker = f"-metrics_port={c.ports[c.metrics_key(index)]}"
     argv = [
-        str(find_binary(MASTER_BINARY)),
+        str(binary),
         f"-rpc_address={host}",
         f"-rpc_port={c.ports[c.rpc_key(index)]}",
-        f"-metrics_host={host}",
-        marker,
     ]
+    if "metrics_host" in known or not known:
+        argv.append(f"-metrics_host={host}")
+    argv.append(marker)
     if c.metadata == "master":
         argv += [
             "-enable_http_metadata_server=true",
@@ -62,6 +73,7 @@ def master(c: Any, index: int) -> tuple[list[str], str]:
     else:
         argv.append("-enable_http_metadata_server=false")
     if c.ha:
+        _require(known, "enable_oplog", "HA masters with the oplog (ha=True, mcl2 cluster up --ha)")
         argv += [
             "-enable_ha=true",
             "-ha_backend_type=etcd",
@@ -78,7 +90,7 @@ def storage(c: Any, index: int) -> tuple[list[str], str]:
     role = c.storage_roles[index]
     marker = f"-port={c.ports[f'{role}_rpc']}"
     argv = [
-        str(find_binary(STORAGE_BINARY)),
+        str(_runnable(find_binary(STORAGE_BINARY))),
         f"-host={c.address(role)}",
         f"-global_segment_size={c.segment_sizes[index]}",
         f"-master_server_address={c.master_addr}",
@@ -87,3 +99,27 @@ def storage(c: Any, index: int) -> tuple[list[str], str]:
         "-protocol=tcp",
     ]
     return argv, marker
+
+
+def _runnable(binary: Path) -> Path:
+    """``binary``, after making sure the processes this one starts can load its libraries.
+
+    The 0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" binaries link libcudart.so.12 without shipping
+    it: ``nvidia-cuda-runtime-cu12``'s directory goes on this process's ``LD_LIBRARY_PATH``,
+    which every process the cluster spawns inherits.
+    """
+    problem = wheel.missing_runtime(binary)
+    if problem:
+        raise ClusterError(problem)
+    os.environ.update(wheel.binary_env(binary))
+    return binary
+
+
+def _require(known: frozenset[str], flag: str, feature: str) -> None:
+    """ClusterError naming ``feature`` when the installed master has no ``-flag``."""
+    if known and flag not in known:
+        w = wheel.detect()
+        raise ClusterError(
+            f"{feature} needs the master flag -{flag}, which mooncake_master of "
+            f"{w.distribution or 'Mooncake'} {w.version or '(unknown version)'} does not have"
+        )

@@ -4,6 +4,7 @@
 // travels through the hidden pointer before `this`, as for a free function).
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <typeinfo>
@@ -13,6 +14,7 @@
 
 namespace mooncake {
 class RealClient;
+class TransferEngine;  // only passed as an empty shared_ptr (see LegacySetup)
 // Opaque: reached only through its exported ptr() / size() and destroyed
 // through the shared_ptr control block store.so created.
 class BufferHandle;
@@ -113,6 +115,65 @@ constexpr SymbolName kSymbols[] = {
 };
 static_assert(sizeof(kSymbols) / sizeof(kSymbols[0]) == sizeof(Symbols) / sizeof(void *),
               "one name per symbol");
+
+// ---- Wheels before 0.3.12 (0.3.10.post2 .. 0.3.11.post1) -------------------
+// Their setup_internal(ConfigDict) refuses global_segment_size 0 (it wants 1 KiB
+// .. 1 TiB, and then 16 MiB to allocate), so a client could not contribute no
+// memory.  Those wheels, and only those, also export the 13-parameter overload
+// that ConfigDict setup forwards to and that skips the mount for a size of 0;
+// its mangled name (the parameter list is part of it) changed in 0.3.12, so
+// resolving it by name finds it exactly on the wheels that need it.
+using LegacySetup = ExpectedVoid (*)(RealClient *, const std::string &, const std::string &,
+                                     size_t, size_t, const std::string &, const std::string &,
+                                     const std::string &,
+                                     const std::shared_ptr<mooncake::TransferEngine> &,
+                                     const std::string &, int, bool, bool, const std::string &);
+constexpr const char *kLegacySetup =
+    "_ZN8mooncake10RealClient14setup_internalERKNSt7__cxx1112basic_stringIcSt11char_"
+    "traitsIcESaIcEEES8_mmS8_S8_S8_RKSt10shared_ptrINS_14TransferEngineEES8_ibbS8_";
+LegacySetup g_legacy_setup = nullptr;
+
+std::string config_or(const ConfigDict &cfg, const char *key, const char *fallback) {
+    auto it = cfg.find(key);
+    return it == cfg.end() ? fallback : it->second;
+}
+
+// A size key as those wheels read it (digits only: units were expanded in Python).
+size_t legacy_size(const ConfigDict &cfg, const char *key, bool zero_ok) {
+    std::string v = config_or(cfg, key, "16777216");
+    bool digits = !v.empty() && v.size() <= 19 &&
+                  v.find_first_not_of("0123456789") == std::string::npos;
+    size_t n = digits ? std::stoull(v) : 0;
+    if (!digits || (n == 0 && !zero_ok) || (n != 0 && (n < 1024 || n > (1ULL << 40))))
+        throw Error(MCS_E_INVALID_ARG, std::string(key) + " '" + v +
+                                           "' must be a byte count from 1024 to 1 TiB" +
+                                           (zero_ok ? " or 0" : ""));
+    return n;
+}
+
+// The setup of ConfigDict setup on those wheels (same keys, same defaults, the
+// same fixed local RPC port and offload server), called with a segment of 0.
+ExpectedVoid legacy_setup_without_segment(RealClient *client, const ConfigDict &cfg) {
+    std::string protocol = config_or(cfg, "protocol", "tcp");
+    if (protocol != "tcp" && protocol != "rdma")
+        throw Error(MCS_E_INVALID_ARG, "protocol '" + protocol + "' must be tcp or rdma");
+    std::string offload = config_or(cfg, "enable_ssd_offload", "false");
+    for (auto &ch : offload) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return g_legacy_setup(client, config_or(cfg, "local_hostname", ""),
+                          config_or(cfg, "metadata_server", ""), 0,
+                          legacy_size(cfg, "local_buffer_size", true), protocol,
+                          config_or(cfg, "rdma_devices", ""),
+                          config_or(cfg, "master_server_addr", "127.0.0.1:50051"), {},
+                          config_or(cfg, "ipc_socket_path", ""), 50052,
+                          offload == "true" || offload == "1", true,
+                          config_or(cfg, "ssd_offload_path", ""));
+}
+
+bool wants_no_segment(const ConfigDict &cfg) {
+    auto it = cfg.find("global_segment_size");
+    return it != cfg.end() && it->second == "0";
+}
+// ---------------------------------------------------------------------------
 
 std::mutex g_load_mu;
 std::atomic<bool> g_loaded{false};
@@ -233,6 +294,7 @@ int load_mooncake(const char *path, std::string &msg) {
     }
     static_assert(sizeof(Symbols) == sizeof(ptrs), "layout");
     std::memcpy(&g_sym, ptrs, sizeof ptrs);
+    g_legacy_setup = reinterpret_cast<LegacySetup>(dlsym(h, kLegacySetup));  // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
     return MCS_OK;
@@ -262,7 +324,9 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
     prepare_connection(cfg, probe_timeout_ms);
     std::shared_ptr<RealClient> client = g_sym.create();
     if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
-    ExpectedVoid r = g_sym.setup(client.get(), cfg);
+    ExpectedVoid r = g_legacy_setup && wants_no_segment(cfg)
+                         ? legacy_setup_without_segment(client.get(), cfg)
+                         : g_sym.setup(client.get(), cfg);
     *g_sym.minloglevel = g_log_level;
     if (!r.has_value) {
         int code = r.error ? r.error : -1;

@@ -1,0 +1,442 @@
+"""Which Mooncake wheel is installed, whether this package supports it, and how it differs.
+
+Mooncake reaches this package as a PyPI wheel, ``mooncake-transfer-engine-non-cuda`` (CPU)
+or ``mooncake-transfer-engine`` (CUDA), and users often have the version another stack
+pinned.  Everything that depends on that version is decided here, once per process, from
+the wheel's metadata (its version) and by probing its files (the libraries ``store.so``
+needs, the flags ``mooncake_master`` knows, the pybind11 ABI id ``store.so`` was built
+with), never by guessing:
+
+* :func:`detect` finds the wheel; :func:`check_supported` refuses one outside
+  :data:`OLDEST` .. :data:`NEWEST` with one message (:class:`UnsupportedWheelError`);
+* :func:`prepare_runtime` makes ``store.so`` loadable on the wheels whose "non-cuda" build
+  links ``libcudart.so.12`` without shipping it (from ``nvidia-cuda-runtime-cu12``);
+* :func:`adapt_setup_config` rewrites the setup keys the older wheels read differently
+  (sizes with units);
+* :func:`master_flags` and :func:`binary_env` tell the local cluster how to start the
+  wheel's binaries; :func:`pybind11_abi_ids` what ``_marshal`` hands pybind11's conduit.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import importlib.metadata
+import importlib.util
+import os
+import re
+import struct
+import subprocess
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_VERSION",
+    "NEWEST",
+    "OLDEST",
+    "TESTED",
+    "UnsupportedWheelError",
+    "Wheel",
+    "adapt_setup_config",
+    "binary_env",
+    "check_supported",
+    "describe",
+    "detect",
+    "master_flags",
+    "missing_runtime",
+    "mooncake_version",
+    "prepare_runtime",
+    "pybind11_abi_ids",
+    "unsupported",
+]
+
+#: The supported range, both ends included (scripts/wheel_venvs.sh reads these lines).
+OLDEST = "0.3.10.post2"
+NEWEST = "0.3.13.post1"
+#: The version the ``cpu`` / ``cuda`` extras pin (the one the full test suite runs on).
+DEFAULT_VERSION = "0.3.13.post1"
+#: Versions whose client and CLI integration tests have passed (the README's table).
+TESTED = (
+    "0.3.10.post2",
+    "0.3.11",
+    "0.3.11.post1",
+    "0.3.12",
+    "0.3.12.post1",
+    "0.3.13",
+    "0.3.13.post1",
+)
+
+_OLDEST = (0, 3, 10, 2)
+_NEWEST = (0, 3, 13, 1)
+#: Distribution name -> variant.  Both install the same ``mooncake`` package.
+DISTRIBUTIONS = {
+    "mooncake-transfer-engine-non-cuda": "cpu",
+    "mooncake-transfer-engine": "cuda",
+}
+_DIST_OF = {variant: dist for dist, variant in DISTRIBUTIONS.items()}
+
+#: Before this version, setup refuses global_segment_size 0 and reads sizes as plain integers.
+_ZERO_SEGMENT_FROM = (0, 3, 12, -1)
+_SIZE_KEYS = ("global_segment_size", "local_buffer_size")
+_CUDART = "libcudart.so.12"
+_PROBE_TIMEOUT = 10.0
+#: Set to 1 to use a wheel outside the supported range (or without a version) anyway.
+ALLOW_ENV = "MOONCAKE_CFFI_ALLOW_ANY_WHEEL"
+
+
+class UnsupportedWheelError(ImportError):
+    """The installed Mooncake wheel cannot be used: the message says which one, and what to do."""
+
+
+def parse_version(text: str) -> tuple[int, int, int, int] | None:
+    """``"0.3.10.post2"`` -> ``(0, 3, 10, 2)``; no post release is -1; None if not X.Y.Z[.postN]."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", text.strip())
+    if m is None:
+        return None
+    major, minor, micro, post = m.groups()
+    return int(major), int(minor), int(micro), -1 if post is None else int(post)
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """The installed Mooncake wheel, as found on disk."""
+
+    #: Distribution name, or "" for a ``mooncake`` package without wheel metadata.
+    distribution: str
+    #: Its version ("" when unknown).
+    version: str
+    #: ``cpu`` or ``cuda`` ("" when unknown).
+    variant: str
+    #: The ``mooncake`` package directory (None when it is not installed at all).
+    package_dir: Path | None
+
+    @property
+    def store_path(self) -> Path | None:
+        """``store.so`` (Mooncake's pybind11 module, where the shim finds RealClient)."""
+        return None if self.package_dir is None else self.package_dir / "store.so"
+
+    @property
+    def version_tuple(self) -> tuple[int, int, int, int] | None:
+        return parse_version(self.version) if self.version else None
+
+    @property
+    def supported(self) -> bool:
+        """True when the version lies in :data:`OLDEST` .. :data:`NEWEST`."""
+        v = self.version_tuple
+        return v is not None and _OLDEST <= v <= _NEWEST
+
+    @property
+    def accepts_zero_segment(self) -> bool:
+        """Whether setup takes ``global_segment_size`` 0 (a client that contributes nothing)."""
+        v = self.version_tuple
+        return v is None or v >= _ZERO_SEGMENT_FROM
+
+    @property
+    def sizes_with_units(self) -> bool:
+        """Whether setup reads sizes such as ``"32 MB"`` (older ones read the leading digits)."""
+        return self.accepts_zero_segment
+
+
+_lock = threading.Lock()
+_wheel: Wheel | None = None
+_cudart_dir: Path | None = None
+_runtime_ready = False
+_master_flags: dict[str, frozenset[str]] = {}
+
+
+def detect() -> Wheel:
+    """The installed Mooncake wheel (looked up once per process)."""
+    global _wheel
+    with _lock:
+        if _wheel is None:
+            _wheel = _detect()
+        return _wheel
+
+
+def _detect() -> Wheel:
+    spec = importlib.util.find_spec("mooncake")
+    pkg = None
+    if spec is not None and spec.submodule_search_locations:
+        pkg = Path(next(iter(spec.submodule_search_locations))).resolve()
+    found = []
+    for dist_name, variant in DISTRIBUTIONS.items():
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        found.append((dist, dist_name, variant))
+    if not found:
+        return Wheel("", "", "", pkg)
+    # Both installed (they overwrite each other's files): the one whose files are there.
+    for dist, dist_name, variant in found:
+        root = Path(str(dist.locate_file(""))).resolve()
+        if pkg is None or pkg.parent == root:
+            return Wheel(dist_name, dist.version, variant, pkg)
+    dist, dist_name, variant = found[0]
+    return Wheel(dist_name, dist.version, variant, pkg)
+
+
+def install_command(variant: str = "") -> str:
+    """The pip command that installs the tested default wheel of ``variant`` (cpu by default)."""
+    extra = variant if variant in _DIST_OF else "cpu"
+    return f"pip install '{_DIST_OF[extra]}=={DEFAULT_VERSION}'"
+
+
+def unsupported(wheel: Wheel, problem: str) -> UnsupportedWheelError:
+    """The single error for a wheel this package cannot use: what was found, the range
+    supported, and the command that installs a supported one."""
+    found = (
+        f"{wheel.distribution} {wheel.version}"
+        if wheel.distribution
+        else f"a mooncake package without wheel metadata at {wheel.package_dir}"
+    )
+    return UnsupportedWheelError(
+        f"unsupported Mooncake wheel: found {found} ({problem}); mooncake-cffi supports "
+        f"mooncake-transfer-engine(-non-cuda) {OLDEST} to {NEWEST}; install one with: "
+        f"{install_command(wheel.variant)}"
+    )
+
+
+def check_supported(wheel: Wheel | None = None) -> Wheel:
+    """The wheel, or :class:`UnsupportedWheelError` if its version is outside the range.
+
+    ``MOONCAKE_CFFI_ALLOW_ANY_WHEEL=1`` lets any version through (the symbols are still
+    checked when the shim loads ``store.so``).
+    """
+    wheel = wheel or detect()
+    if wheel.package_dir is None:
+        raise ImportError(
+            "Mooncake's wheel is not installed. Install exactly one of: 'mooncake-cffi[cpu]' "
+            "(mooncake-transfer-engine-non-cuda, CPU-only machines) or 'mooncake-cffi[cuda]' "
+            "(mooncake-transfer-engine, needs libcuda.so.1). It also needs the system "
+            "libraries libibverbs1, libnuma1 and libcurl4."
+        )
+    if wheel.supported or os.environ.get(ALLOW_ENV) == "1":
+        return wheel
+    if not wheel.version:
+        problem = "its version is unknown"
+    elif wheel.version_tuple is None:
+        problem = f"version {wheel.version} is not a release this package knows"
+    else:
+        problem = f"version {wheel.version} is outside the supported range"
+    raise unsupported(wheel, problem + f"; set {ALLOW_ENV}=1 to try it anyway")
+
+
+# ------------------------------------------------------------------ ELF probing
+
+
+def needed_libraries(path: Path) -> list[str]:
+    """The DT_NEEDED entries of an ELF64 little-endian file ([] if it is not one).
+
+    Reads only the ELF header, the section headers, the dynamic section and its strings.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return []
+            (shoff,) = struct.unpack_from("<Q", head, 0x28)
+            shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+            fh.seek(shoff)
+            table = fh.read(shentsize * shnum)
+            sections = [
+                struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)
+            ]
+            out: list[str] = []
+            for sh in sections:
+                if sh[1] != 6:  # SHT_DYNAMIC
+                    continue
+                fh.seek(sh[4])
+                dynamic = fh.read(sh[5])
+                strtab = sections[sh[6]]
+                fh.seek(strtab[4])
+                strings = fh.read(strtab[5])
+                for pos in range(0, len(dynamic) - 15, 16):
+                    tag, val = struct.unpack_from("<qQ", dynamic, pos)
+                    if tag == 0:
+                        break
+                    if tag == 1:  # DT_NEEDED
+                        out.append(strings[val : strings.index(b"\0", val)].decode())
+            return out
+    except (OSError, struct.error, ValueError, IndexError):
+        return []
+
+
+def _loadable(name: str) -> bool:
+    try:
+        ctypes.CDLL(name)
+        return True
+    except OSError:
+        return False
+
+
+def _find_cudart() -> Path | None:
+    """The directory of ``nvidia-cuda-runtime-cu12``'s libcudart.so.12, if installed."""
+    try:
+        spec = importlib.util.find_spec("nvidia.cuda_runtime")
+    except (ImportError, ValueError):
+        spec = None
+    dirs = list(spec.submodule_search_locations or []) if spec is not None else []
+    for d in dirs:
+        lib = Path(d) / "lib" / _CUDART
+        if lib.is_file():
+            return lib.parent
+    return None
+
+
+def prepare_runtime(wheel: Wheel | None = None) -> None:
+    """Make ``store.so`` loadable: preload libcudart.so.12 where the wheel needs it.
+
+    0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" link ``libcudart.so.12`` without bundling it.  When
+    the system loader cannot find it, the copy from the ``nvidia-cuda-runtime-cu12`` pip
+    package is loaded (RTLD_GLOBAL), so store.so's dlopen finds it; its directory is also
+    what :func:`binary_env` adds for the wheel's binaries.  Raises ImportError with the
+    command to run when neither is there.
+    """
+    global _cudart_dir, _runtime_ready
+    wheel = wheel or detect()
+    with _lock:
+        if _runtime_ready or wheel.store_path is None:
+            return
+        if _CUDART in needed_libraries(wheel.store_path) and not _loadable(_CUDART):
+            found = _find_cudart()
+            if found is None:
+                raise ImportError(
+                    f"{wheel.distribution or 'Mooncake'} {wheel.version}: its store.so needs "
+                    f"{_CUDART}, which the wheel does not ship; install it with: "
+                    "pip install nvidia-cuda-runtime-cu12; or install the default wheel, "
+                    f"which does not need it: {install_command(wheel.variant)}"
+                )
+            ctypes.CDLL(str(found / _CUDART), mode=ctypes.RTLD_GLOBAL)
+            _cudart_dir = found
+        _runtime_ready = True
+
+
+def binary_env(binary: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment additions a Mooncake binary needs to start ({} for most wheels).
+
+    For a binary linking ``libcudart.so.12`` that the loader cannot find, ``LD_LIBRARY_PATH``
+    gains ``nvidia-cuda-runtime-cu12``'s directory.
+    """
+    if _CUDART not in needed_libraries(binary) or _loadable(_CUDART) and _cudart_dir is None:
+        return {}
+    found = _cudart_dir or _find_cudart()
+    if found is None:
+        return {}  # it fails to start and its log says which library is missing
+    base = os.environ if base is None else base
+    old = base.get("LD_LIBRARY_PATH", "")
+    parts = [str(found)] + [p for p in old.split(":") if p and p != str(found)]
+    return {"LD_LIBRARY_PATH": ":".join(parts)}
+
+
+def missing_runtime(binary: Path) -> str | None:
+    """Why ``binary`` cannot start (a message with the fix), or None when it can."""
+    if _CUDART not in needed_libraries(binary) or _loadable(_CUDART) or _find_cudart():
+        return None
+    w = detect()
+    return (
+        f"{binary.name} of {w.distribution or 'Mooncake'} {w.version} needs {_CUDART}, which "
+        "the wheel does not ship; install it with: pip install nvidia-cuda-runtime-cu12"
+    )
+
+
+def master_flags(binary: Path) -> frozenset[str]:
+    """The command-line flags ``binary`` knows (from its ``--helpfull``, once per binary)."""
+    key = str(binary)
+    with _lock:
+        if key in _master_flags:
+            return _master_flags[key]
+    env = {**os.environ, **binary_env(binary)}
+    try:
+        out = subprocess.run(
+            [str(binary), "--helpfull"],
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        ).stdout.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    flags = frozenset(re.findall(r"^\s+-(\w+) \(", out, re.M))
+    with _lock:
+        _master_flags[key] = flags
+    return flags
+
+
+# --------------------------------------------------------------- setup config
+
+
+def _plain_bytes(value: str) -> str:
+    from .cluster._common import parse_size
+
+    try:
+        return str(parse_size(value))
+    except ValueError:
+        return value  # let Mooncake refuse it
+
+
+def adapt_setup_config(setup: Mapping[str, str], wheel: Wheel | None = None) -> dict[str, str]:
+    """The setup keys as the installed wheel reads them (a copy; ``setup`` is not changed).
+
+    Before 0.3.12, setup reads ``"32 MB"`` as 32 (the leading digits): sizes with units
+    become bytes.  Those wheels also refuse ``global_segment_size`` 0; the shim sets such a
+    client up through the overload they forward to, which skips the mount (see
+    ``shim/src/mooncake_backend.cpp``), so ``"0"`` is kept as ``"0"``.
+    """
+    wheel = wheel or detect()
+    out = dict(setup)
+    if wheel.sizes_with_units:
+        return out
+    for key in _SIZE_KEYS:
+        if key in out:
+            out[key] = _plain_bytes(out[key])
+    return out
+
+
+# ---------------------------------------------------------------- pybind11 ABI
+
+_ABI_IN_INTERNALS = re.compile(rb"__pybind11_internals_v\d+(_[A-Za-z0-9_]+?)(?:_debug)?__")
+
+
+def pybind11_abi_ids(wheel: Wheel | None = None) -> list[bytes]:
+    """pybind11 ABI ids ``store.so`` may use for its conduit, most likely first.
+
+    Read from the internals capsule name pybind11 leaves in ``builtins`` once
+    ``mooncake.store`` is imported, else from the same name inside ``store.so``.
+    """
+    ids: list[bytes] = []
+    for name in vars(builtins):
+        m = _ABI_IN_INTERNALS.fullmatch(name.encode())
+        if m and m.group(1) not in ids:
+            ids.append(m.group(1))
+    wheel = wheel or detect()
+    if not ids and wheel.store_path is not None:
+        try:
+            data = wheel.store_path.read_bytes()
+        except OSError:
+            data = b""
+        for m in _ABI_IN_INTERNALS.finditer(data):
+            if m.group(1) not in ids:
+                ids.append(m.group(1))
+    return ids
+
+
+# ------------------------------------------------------------------- reporting
+
+
+def mooncake_version() -> str:
+    """The installed Mooncake wheel's version ("" if none is installed or it has none)."""
+    return detect().version
+
+
+def describe() -> str:
+    """One line naming the wheel in use: distribution, version, variant and support."""
+    w = detect()
+    if w.package_dir is None:
+        return "Mooncake: not installed"
+    if not w.distribution:
+        return f"Mooncake: unknown version at {w.package_dir} (unsupported)"
+    state = "supported" if w.supported else f"UNSUPPORTED: supported {OLDEST} to {NEWEST}"
+    return f"Mooncake: {w.distribution} {w.version} ({w.variant}, {state})"

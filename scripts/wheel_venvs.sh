@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Builds (or reuses) one virtualenv per Mooncake wheel version, with this package installed,
+# and optionally runs tests in each, one venv at a time:
+#
+#   scripts/wheel_venvs.sh [--test] [--variant cpu|cuda] VERSION...    e.g. 0.3.10.post2 0.3.13.post1
+#   scripts/wheel_venvs.sh --test oldest newest                        the supported range's ends
+#   scripts/wheel_venvs.sh --test ends      the oldest, and the newest unless it is the default
+#                                           (which the full suite already runs on: CI)
+#
+# Venvs live in $MOONCAKE_CFFI_WHEEL_VENVS (default: ~/.cache/mooncake-cffi/wheel-venvs, kept
+# outside the work tree so fresh clones on the same machine reuse them).  A venv that already
+# holds the wanted Mooncake wheel is reused; only this package is reinstalled (without
+# dependencies, ~30 s).  Wheels whose store.so needs libcudart.so.12 get nvidia-cuda-runtime-cu12
+# too (mooncake_cffi.wheel loads it).  With --test, runs $WHEEL_TESTS (default: the client and
+# CLI integration tests) with the venv's pytest and prints one line per version; the exit
+# status is non-zero if any version failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+root=${MOONCAKE_CFFI_WHEEL_VENVS:-$HOME/.cache/mooncake-cffi/wheel-venvs}
+tests=${WHEEL_TESTS:-tests/test_wheel.py tests/test_client.py tests/test_cli.py}
+variant=cpu run_tests=0 versions=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --test) run_tests=1 ;;
+        --variant) variant=${2:?--variant needs cpu or cuda}; shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) versions+=("$1") ;;
+    esac
+    shift
+done
+case "$variant" in
+    cpu) dist=mooncake-transfer-engine-non-cuda ;;
+    cuda) dist=mooncake-transfer-engine ;;
+    *) echo "--variant must be cpu or cuda" >&2; exit 2 ;;
+esac
+[ ${#versions[@]} -gt 0 ] || { echo "usage: $0 [--test] VERSION... (see --help)" >&2; exit 2; }
+
+# The supported range is defined once, in mooncake_cffi/wheel.py.
+range_end() {
+    python3 - "$1" <<'EOF'
+import re, sys
+text = open("mooncake_cffi/wheel.py").read()
+name = {"oldest": "OLDEST", "newest": "NEWEST", "default": "DEFAULT_VERSION"}[sys.argv[1]]
+print(re.search(rf'^{name} = "([^"]+)"', text, re.M).group(1))
+EOF
+}
+
+# Whether the installed wheel's store.so or binaries link libcudart.so.12 (the "non-cuda"
+# 0.3.12, 0.3.12.post1 and 0.3.13 do, without shipping it).
+needs_cudart() {
+    local pkg
+    pkg=$("$1/bin/python" -c 'import importlib.util as u; print(list(u.find_spec("mooncake").submodule_search_locations)[0])') || return 1
+    grep -qs 'libcudart\.so\.12' "$pkg/store.so" "$pkg/mooncake_master" "$pkg/mooncake_client"
+}
+
+build() {
+    local ver=$1 venv=$2
+    if [ ! -x "$venv/bin/python" ]; then
+        log "creating $venv"
+        python3 -m venv "$venv" || return 1
+    fi
+    local have
+    have=$("$venv/bin/python" -m pip show "$dist" 2>/dev/null | sed -n 's/^Version: //p')
+    if [ "$have" != "$ver" ]; then
+        log "installing $dist==$ver into $venv"
+        "$venv/bin/python" -m pip install -q "$dist==$ver" \
+            cffi numpy click pytest hypothesis prometheus_client meson ninja \
+            || return 1
+    fi
+    if needs_cudart "$venv" && ! "$venv/bin/python" -m pip show -q nvidia-cuda-runtime-cu12 \
+        >/dev/null 2>&1; then
+        log "Mooncake $ver links libcudart.so.12: installing nvidia-cuda-runtime-cu12"
+        "$venv/bin/python" -m pip install -q nvidia-cuda-runtime-cu12 || return 1
+    fi
+    log "installing this package into $venv (Mooncake $ver)"
+    "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$src" || return 1
+}
+
+expanded=()
+for ver in "${versions[@]}"; do
+    if [ "$ver" = ends ]; then
+        expanded+=(oldest)
+        [ "$(range_end newest)" = "$(range_end default)" ] || expanded+=(newest)
+    else
+        expanded+=("$ver")
+    fi
+done
+summary=() failed=0
+for ver in "${expanded[@]}"; do
+    case "$ver" in oldest|newest) ver=$(range_end "$ver") ;; esac
+    venv=$root/$variant-$ver
+    mkdir -p "$root"
+    if ! build "$ver" "$venv"; then
+        summary+=("$ver: venv build FAILED")
+        failed=1
+        continue
+    fi
+    [ $run_tests -eq 1 ] || { summary+=("$ver: $venv ready"); continue; }
+    log "Mooncake $ver: pytest $tests"
+    out=$(mktemp)
+    # shellcheck disable=SC2086  # $tests is a list of paths
+    # The venv's pytest script (not `python -m pytest`, which would import the source tree).
+    (cd "$src" && PATH="$venv/bin:$PATH" timeout 900 "$venv/bin/pytest" -q -p no:cacheprovider \
+        $tests) \
+        2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    line=$(grep -E '^[=]* ?[0-9]+ (passed|failed)' "$out" | tail -1 | tr -d '=')
+    rm -f "$out"
+    summary+=("$ver: ${line:-no result} (exit $rc)")
+    [ "$rc" -eq 0 ] || failed=1
+done
+echo
+printf '%s\n' "${summary[@]}"
+exit $failed
