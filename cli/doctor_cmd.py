@@ -180,12 +180,16 @@ class Doctor:
                 f"the shim is {shim} (ABI {lib.mcs_abi_version()}), the package "
                 f"{mooncake_cffi.__version__} (ABI {ABI_VERSION}): reinstall mooncake-cffi"
             )
-        wheel, installed, wanted = _wheel_versions()
-        if installed is None:
-            raise CheckFailed("no Mooncake wheel is installed (install mooncake-cffi[cpu|cuda])")
-        if wanted is not None and installed != wanted:
-            raise CheckFailed(f"{wheel} {installed} is installed, mooncake-cffi wants {wanted}")
-        return f"mooncake-cffi {mooncake_cffi.__version__}, shim {shim}, {wheel} {installed}"
+        from mooncake_cffi import wheel
+
+        try:
+            found = wheel.check_supported()
+        except ImportError as exc:  # not installed, or outside the supported range
+            raise CheckFailed(str(exc)) from None
+        return (
+            f"mooncake-cffi {mooncake_cffi.__version__}, shim {shim}, "
+            f"{found.distribution} {found.version}"
+        )
 
 
 def _connect(addr: str, timeout: float, what: str) -> None:
@@ -238,27 +242,6 @@ def _remove_quietly(client: Any, key: str) -> bool:
         return True
     except Exception:
         return False
-
-
-def _wheel_versions() -> tuple[str, str | None, str | None]:
-    """(wheel name, installed version or None, version mooncake-cffi pins or None)."""
-    from importlib import metadata
-
-    pins: dict[str, str] = {}
-    try:
-        for req in metadata.requires("mooncake-cffi") or []:
-            spec = req.split(";")[0].strip()
-            if "==" in spec:
-                name, _, version = spec.partition("==")
-                pins[name.strip()] = version.strip()
-    except metadata.PackageNotFoundError:
-        pass
-    for wheel in ("mooncake-transfer-engine-non-cuda", "mooncake-transfer-engine"):
-        try:
-            return wheel, metadata.version(wheel), pins.get(wheel)
-        except metadata.PackageNotFoundError:
-            continue
-    return "mooncake-transfer-engine", None, None
 
 
 @admin_command(json_help="Print {ok, checks: [{check, status, detail}]} as JSON.")
