@@ -185,15 +185,24 @@ os._exit(0)
 class Worker:
     """The client process on host ``c0``; :meth:`call` sends one command and waits (bounded)."""
 
-    def __init__(self, t: Topology, cluster: LocalCluster, cwd: Path, **client_kwargs: Any):
+    def __init__(
+        self,
+        t: Topology,
+        cluster: LocalCluster,
+        cwd: Path,
+        config: dict[str, Any] | None = None,
+        **client_kwargs: Any,
+    ) -> None:
         env = {**os.environ, **cluster.client_env()}
-        argv = [sys.executable, "-c", WORKER, json.dumps(cluster.client_config())]
+        argv = [sys.executable, "-c", WORKER, json.dumps(cluster.client_config(**(config or {})))]
+        self.log = cwd / f"worker-{len(list(cwd.glob('worker-*')))}.log"
         self.proc = t.run_in(
             "c0",
             [*argv, json.dumps(client_kwargs)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            stderr=self.log.open("wb"),
             env=env,
             cwd=cwd,  # not the source tree: import the installed package
         )
@@ -213,7 +222,8 @@ class Worker:
         except queue.Empty:
             raise AssertionError(f"the client process gave no answer within {limit} s") from None
         if not line:
-            raise AssertionError(f"the client process exited ({self.proc.poll()})")
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise AssertionError(f"the client process exited ({self.proc.poll()}): {tail}")
         return line
 
     def call(self, op: str, keys: list[str] = (), size: int = 0, limit: float = 60.0, **kw):
@@ -340,3 +350,61 @@ def test_cut_from_master_every_call_answers_by_its_deadline_then_recovers(net, w
 def test_cut_from_storage_node_every_call_answers_by_its_deadline_then_recovers(net, worker):
     t, _ = net
     _cut_and_heal(t, worker(op_timeout=CUT_DEADLINE), "s0", CUT_DEADLINE)
+
+
+def test_five_percent_loss_loses_and_corrupts_nothing(net, worker):
+    """15 s of mixed puts, batch gets, exists and removes with 5 % of c0's packets dropped."""
+    t, _ = net
+    deadline = 3.0
+    lanes = {"per_op_workers": {"lookup": 1, "retrieve": 2, "store": 2}}
+    w = worker(config=lanes, op_timeout=deadline)
+    t.loss("c0", 5)
+    sizes = [1024, 65_536, 512 * 1024, 2 * MiB]
+    stats = w.call("workload", limit=60, seconds=15.0, seed=5, sizes=sizes)["result"]
+    t.heal()
+    check = w.call("verify", limit=120, timeout=20.0)["result"]
+    print(
+        f"\n[5 % loss] {stats['calls']} calls, {stats['ok']} ok, errors {stats['errors']}, "
+        f"worst overrun {stats['late']:.2f} s; {check['acked']} acknowledged writes checked, "
+        f"{len(check['lost'])} lost, {check['unsure']} unsure"
+    )
+    assert stats["late"] <= SLACK, stats
+    assert not stats["wrong"], stats["wrong"][:10]
+    assert not check["wrong"], check["wrong"][:10]
+    assert not check["lost"], check["lost"][:10]
+    assert stats["ok"] >= 50 and check["acked"] >= 20, (stats, check)
+
+
+def test_50_mbit_link_large_values_finish_intact_or_time_out_cleanly(net, worker):
+    """At 50 Mbit/s (6.25 MB/s) an 8 MiB value takes ~1.4 s and a 32 MiB one ~5.4 s."""
+    t, _ = net
+    w = worker(op_timeout=10.0)
+    tag = f"rate-{os.urandom(3).hex()}"
+    t.rate("c0", 50)
+    small, big = f"{tag}-8m", f"{tag}-32m"
+    fits = w.call("put", [small], 8 * MiB)
+    assert "error" not in fits and fits["took"] > 0.8, fits  # the link really is slow
+    assert w.call("get", [small], 8 * MiB)["result"] == "match"
+    answers = [
+        w.call("put", [big], 32 * MiB, timeout=2.0),  # cannot finish in time
+        w.call("get", [small], 8 * MiB, timeout=0.5),
+        w.call("batch_get", [small], 8 * MiB, timeout=0.5),
+        w.call("get_into", [small], 8 * MiB, timeout=0.5),
+    ]
+    for answer, deadline in zip(answers, (2.0, 0.5, 0.5, 0.5), strict=True):
+        assert answer.get("error") == "MCS_E_TIMEOUT", answer
+        assert deadline <= answer["took"] <= deadline + SLACK, answer
+    start = time.monotonic()  # the timed-out transfers go on, and end
+    while w.call("in_flight")["result"]:
+        assert time.monotonic() - start < 60, "timed-out transfers never ended"
+        time.sleep(0.5)
+    drained = time.monotonic() - start
+    # The timed-out put either landed whole or not at all; the small value is intact.
+    assert w.call("get", [big], 32 * MiB, timeout=20.0)["result"] in ("match", "miss")
+    assert w.call("batch_get", [small], 8 * MiB, timeout=10.0)["result"] == ["match"]
+    t.heal()
+    print(
+        f"\n[50 Mbit/s] 8 MiB put {fits['took']:.2f} s; timeouts at "
+        + ", ".join(f"{a['op']} {a['took']:.2f}s" for a in answers)
+        + f"; in-flight transfers ended {drained:.1f} s later"
+    )
