@@ -408,3 +408,29 @@ def test_50_mbit_link_large_values_finish_intact_or_time_out_cleanly(net, worker
         + ", ".join(f"{a['op']} {a['took']:.2f}s" for a in answers)
         + f"; in-flight transfers ended {drained:.1f} s later"
     )
+
+
+def test_own_lanes_keep_master_only_calls_answering_while_transfers_hang(net, worker):
+    """Storage node cut off: gets and puts hang in Mooncake until their deadline and beyond.
+    With a lane of their own, exists / size / remove (which need only the master) still answer
+    at once; in the shared pool they would wait behind the hung transfers."""
+    t, _ = net
+    lanes = {"lookup": 1, "retrieve": 1, "store": 1, "delete": 1}
+    w = worker(config={"per_op_workers": lanes}, op_timeout=CUT_DEADLINE)
+    tag = f"lanes-{os.urandom(3).hex()}"
+    old = [f"{tag}-old-{i}" for i in range(3)]
+    assert w.call("batch_put", old, 100_000)["result"] == [0] * 3
+    t.cut("c0", "s0")
+    for i in range(3):  # fill the data lanes with transfers that cannot finish
+        assert w.call("get", [old[i]], 100_000).get("error") == "MCS_E_TIMEOUT"
+        assert w.call("put", [f"{tag}-new-{i}"], 100_000).get("error") == "MCS_E_TIMEOUT"
+    answers = [
+        w.call("exists", [old[0]]),
+        w.call("batch_exists", old),
+        w.call("size", [old[1]]),
+        w.call("remove", [old[2]], force=True),
+        w.call("aexists", [old[0]]),
+    ]
+    for answer in answers:
+        assert "error" not in answer and answer["took"] < 0.5, answer
+    assert [a["result"] for a in answers] == [True, [True] * 3, 100_000, True, True]
