@@ -105,7 +105,7 @@ if kind == "ours":
 else:
     from mooncake.store import MooncakeDistributedStore
     c = MooncakeDistributedStore()
-    rc = c.setup(config["local_hostname"], config["metadata_server"], 0, 64 << 20, "tcp", "",
+    rc = c.setup(config["local_hostname"], config["metadata_server"], 0, 256 << 20, "tcp", "",
                  config["master_server_addr"])
     assert rc == 0, rc
     rm = [f"{tag}-rm-{i}" for i in range(16)]
@@ -173,7 +173,7 @@ class Probe:
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self._log(kind),
             text=True,
             env=env,
             cwd=tempfile.gettempdir(),
@@ -182,8 +182,14 @@ class Probe:
         threading.Thread(target=self._read, daemon=True).start()
         first = self.lines.get(timeout=60)
         if json.loads(first or "{}") != {"ready": True}:
-            raise RuntimeError(f"{kind} client did not start: {first!r}")
+            tail = Path(self.log.name).read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{kind} client did not start: {first!r}\n{tail}")
         self.results: dict[str, dict[str, Any]] = {}
+
+    def _log(self, kind: str) -> Any:
+        """The client's stderr (Mooncake's log lines), kept for a failure report."""
+        self.log = tempfile.NamedTemporaryFile(prefix=f"faults-{kind}-", suffix=".log")
+        return self.log
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
