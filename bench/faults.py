@@ -57,6 +57,8 @@ SEQUENTIAL = {"rate"}
 SMALL = 256 * 1024
 #: Repetitions of each call under random loss (one answer says little there).
 REPEATS = {"loss": 10}
+#: The master's -client_ttl (seconds it keeps a silent node's segment).
+CLIENT_TTL = 2
 
 # ------------------------------------------------------------------ the client process
 
@@ -262,7 +264,9 @@ def undo(fault: str, t: Topology, cluster: LocalCluster) -> None:
     while time.monotonic() < deadline:
         try:
             if cluster.alive(role) and len(cluster.segments()) >= 1:
-                time.sleep(1.0)  # let the storage node mount its segment again
+                # The master keeps a dead node's segment for CLIENT_TTL s: wait until only
+                # the restarted node's is left.
+                time.sleep(CLIENT_TTL + 2.0)
                 return
         except Exception:  # noqa: BLE001 - the master is still starting
             pass
@@ -328,7 +332,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d, Topology(hosts=["m0", "s0", "c0"]) as t:
             place = t.placement({"metadata": "m0", "master": "m0", "storage": "s0"})
             cluster = LocalCluster(
-                Path(d) / "c", args.segment, placement=place, client_host=t.ip("c0")
+                Path(d) / "c",
+                args.segment,
+                placement=place,
+                client_host=t.ip("c0"),
+                client_ttl=CLIENT_TTL,
             )
             cluster.start()
             try:
