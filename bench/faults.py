@@ -163,10 +163,18 @@ os._exit(0)
 class Probe:
     """One client process on ``c0``: seeded at start, runs every call at once on ``go``."""
 
-    def __init__(self, t: Topology, cluster: LocalCluster, kind: str, size: int, timeout: float):
+    def __init__(
+        self,
+        t: Topology,
+        cluster: LocalCluster,
+        kind: str,
+        size: int,
+        timeout: float,
+        mooncake_env: dict[str, str] | None = None,
+    ):
         env = {**os.environ, **cluster.client_env()}
         if kind == "mooncake+env":
-            env.update(MOONCAKE_ENV)
+            env.update(MOONCAKE_ENV if mooncake_env is None else mooncake_env)
         argv = [sys.executable, "-c", WORKER, "ours" if kind == "ours" else "mooncake"]
         argv += [json.dumps(cluster.client_config()), str(size), str(timeout)]
         self.kind = kind
@@ -200,24 +208,27 @@ class Probe:
         self.lines.put("")
 
     def go(self, repeats: int) -> None:
+        self.started = time.monotonic()
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"{repeats}\n")
         self.proc.stdin.flush()
 
     def collect(self, until: float) -> bool:
-        """Read answers until every call answered (True) or ``until`` (monotonic) passes."""
-        while time.monotonic() < until:
+        """Read answers until every call answered (True) or ``until`` (monotonic) passes;
+        answers that arrived before ``until`` are read even when it has passed."""
+        while True:
+            left = until - time.monotonic()
             try:
-                line = self.lines.get(timeout=max(0.01, until - time.monotonic()))
+                line = self.lines.get(timeout=left) if left > 0 else self.lines.get_nowait()
             except queue.Empty:
-                break
+                return False
             if not line:
                 return False
             msg = json.loads(line)
             if msg.get("done"):
                 return True
-            self.results[msg["call"]] = msg
-        return False
+            if msg["times"] and max(msg["times"]) <= until - self.started:
+                self.results[msg["call"]] = msg
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -320,7 +331,15 @@ def main() -> None:
     p.add_argument("--cap", type=float, default=40.0, help="seconds a call may take (default 40)")
     p.add_argument("--timeout", type=float, default=2.0, help="our op_timeout (default 2)")
     p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of faults")
+    p.add_argument(
+        "--mooncake-env",
+        default=",".join(f"{k}={v}" for k, v in MOONCAKE_ENV.items()),
+        help="VAR=VALUE,... for the third client (default %(default)s)",
+    )
     args = p.parse_args()
+    pairs = [kv.split("=", 1) for kv in args.mooncake_env.split(",") if kv]
+    MOONCAKE_ENV.clear()
+    MOONCAKE_ENV.update({k: v for k, v in pairs})
     faults = [f for f in args.faults.split(",") if f]
     unknown = sorted(set(faults) - set(FAULTS))
     if unknown:
@@ -360,7 +379,7 @@ def main() -> None:
             "call",
             f"ours (op_timeout={args.timeout:g} s)",
             "mooncake",
-            "mooncake + MC_* env",
+            "mooncake + env",
         ],
         rows,
         title="Seconds until the call answered (worst of the repeats) and what the caller saw",
