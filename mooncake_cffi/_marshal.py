@@ -66,8 +66,12 @@ def pack_keys(keys: list[Any]) -> bytes:
     """
     try:
         return "\0".join(keys).encode()  # TypeError unless every key is a str
-    except (TypeError, UnicodeEncodeError):
-        return b"\0".join([encode_key(k, i) for i, k in enumerate(keys)])
+    except TypeError:
+        if all(type(k) is bytes for k in keys):
+            return b"\0".join(keys)
+    except UnicodeEncodeError:
+        pass
+    return b"\0".join([encode_key(k, i) for i, k in enumerate(keys)])
 
 
 class Packed:
