@@ -24,8 +24,9 @@ for pair in libibverbs.so.1:libibverbs1 libnuma.so.1:libnuma1 libcurl.so.4:libcu
     ldconfig -p 2>/dev/null | grep -q "$lib" || missing_libs+=("$pkg")
 done
 # etcd-server: HA masters and etcd metadata; iproute2 (ip, tc, ss) and nftables:
-# test topologies and the loopback-only check.
-for pair in etcd:etcd-server ip:iproute2 tc:iproute2 ss:iproute2 nft:nftables; do
+# test topologies and the loopback-only check; clang-format: the C++ style check.
+for pair in etcd:etcd-server ip:iproute2 tc:iproute2 ss:iproute2 nft:nftables \
+    clang-format:clang-format; do
     tool=${pair%%:*} pkg=${pair##*:}
     if ! command -v "$tool" >/dev/null && ! [ -x "/usr/sbin/$tool" ] && ! [ -x "/usr/bin/$tool" ]; then
         case " ${missing_libs[*]} " in *" $pkg "*) ;; *) missing_libs+=("$pkg") ;; esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this):
 #   1. installs everything (scripts/install.sh: system libs, .venv, this package);
-#   2. the shim's C++ engine tests under ASan+UBSan and under TSan;
+#   2. lint: ruff check, ruff format --check and clang-format (.clang-format) on the sources;
+#      the shim's C++ engine tests under ASan+UBSan and under TSan;
 #   3. the CLI smoke scripts against a local cluster;
 #   4. the Python integration suite once more with the shim under ASan;
 #   5. the LMCache tier: PyPI lmcache in a virtualenv of its own, cached between runs
@@ -26,6 +27,12 @@ step() {
     if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
 }
 
+lint() {
+    ruff check . && ruff format --check . &&
+        clang-format --dry-run --Werror shim/mcs.h shim/src/*.cpp shim/src/*.hpp \
+            shim/tests/*.cpp mooncake_cffi/cluster/*.cpp
+}
+step "lint (ruff check, ruff format --check, clang-format)" lint
 step "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
 step "shim engine tests (TSan)" scripts/sanitize.sh tsan
 step "CLI smoke scripts" tests/smoke/run_all.sh

@@ -91,12 +91,12 @@ enum mcs_status {
 
 /* Operations; each one runs on its lane (see struct mcs_lanes). */
 enum mcs_op {
-    MCS_OP_EXISTS = 0, /* lookup lane.   result: 1 present, 0 absent, <0 error */
-    MCS_OP_GET = 1,    /* retrieve lane. result: bytes read, or <0 error */
-    MCS_OP_PUT = 2,    /* store lane.    result: 0 stored, MCS_PUT_EXISTED, <0 */
-    MCS_OP_UPSERT = 3, /* store lane.    result: 0 written (overwrites), <0 */
-    MCS_OP_REMOVE = 4, /* delete lane.   result: 0 removed, <0 (-704 absent) */
-    MCS_OP_SIZE = 5,   /* lookup lane.   result: value size in bytes, or <0 */
+    MCS_OP_EXISTS = 0,    /* lookup lane.   result: 1 present, 0 absent, <0 error */
+    MCS_OP_GET = 1,       /* retrieve lane. result: bytes read, or <0 error */
+    MCS_OP_PUT = 2,       /* store lane.    result: 0 stored, MCS_PUT_EXISTED, <0 */
+    MCS_OP_UPSERT = 3,    /* store lane.    result: 0 written (overwrites), <0 */
+    MCS_OP_REMOVE = 4,    /* delete lane.   result: 0 removed, <0 (-704 absent) */
+    MCS_OP_SIZE = 5,      /* lookup lane.   result: value size in bytes, or <0 */
     MCS_OP_GET_BUFFER = 6 /* retrieve lane, no bufs: Mooncake reads each value
                           into its own local buffer (one round trip for the
                           batch).  result: the value's size, with values[i]
@@ -133,52 +133,52 @@ enum mcs_get_result { MCS_GET_UNREAD = -10020 };
 
 /* Lane layout and limits, given at creation.  Zero fields take defaults. */
 struct mcs_lanes {
-    uint32_t struct_size;   /* sizeof(struct mcs_lanes) */
-    uint32_t num_workers;   /* shared pool size; default 4 */
-    uint32_t lookup;        /* workers of each lane; 0 = use the shared pool */
+    uint32_t struct_size; /* sizeof(struct mcs_lanes) */
+    uint32_t num_workers; /* shared pool size; default 4 */
+    uint32_t lookup;      /* workers of each lane; 0 = use the shared pool */
     uint32_t retrieve;
     uint32_t store;
     uint32_t del;
-    uint32_t queue_capacity;   /* batches queued or running per lane before
-                                  a submit must wait; default 1024 */
-    int32_t queue_wait_ms;     /* a submit to a full lane waits this long,
-                                  then fails with MCS_E_QUEUE_FULL; -1 waits
-                                  forever, 0 fails at once.  Default 0 is
-                                  "fail at once". */
-    uint32_t tile_keys;        /* split batches into tiles of at most this
-                                  many keys run in parallel; 0 = no limit */
-    uint64_t tile_bytes;       /* ... and PUT/UPSERT batches into tiles of at
-                                  most this many bytes; 0 = no limit */
-    uint32_t coalesce_keys;    /* a worker merges small GET or EXISTS batches
-                                  (<= 16 keys) waiting in its lane into one
-                                  Mooncake call of at most this many keys;
-                                  each batch still gets its own completion.
-                                  0 = 64, 1 = never merge */
+    uint32_t queue_capacity; /* batches queued or running per lane before
+                                a submit must wait; default 1024 */
+    int32_t queue_wait_ms;   /* a submit to a full lane waits this long,
+                                then fails with MCS_E_QUEUE_FULL; -1 waits
+                                forever, 0 fails at once.  Default 0 is
+                                "fail at once". */
+    uint32_t tile_keys;      /* split batches into tiles of at most this
+                                many keys run in parallel; 0 = no limit */
+    uint64_t tile_bytes;     /* ... and PUT/UPSERT batches into tiles of at
+                                most this many bytes; 0 = no limit */
+    uint32_t coalesce_keys;  /* a worker merges small GET or EXISTS batches
+                                (<= 16 keys) waiting in its lane into one
+                                Mooncake call of at most this many keys;
+                                each batch still gets its own completion.
+                                0 = 64, 1 = never merge */
 };
 
 /* One batch: its operation, keys, buffers and result arrays.  Read during
  * mcs_submit() / mcs_run(); see each field for what must outlive the call. */
 struct mcs_batch {
-    uint32_t struct_size;        /* sizeof(struct mcs_batch) */
-    int32_t op;                  /* enum mcs_op */
-    int32_t flags;               /* enum mcs_flags */
-    int32_t timeout_ms;          /* mcs_run(): give up waiting after this long
-                                    (MCS_E_TIMEOUT; the batch goes on and posts
-                                    a completion).  <= 0: wait until done. */
-    uint64_t n;                  /* number of keys, >= 1 */
-    const char *key_data;        /* packed key bytes (copied) */
-    uint64_t key_bytes;          /* size of key_data; no key may reach past it */
-    const uint64_t *key_offsets; /* n + 1 offsets into key_data (copied), or
-                                    NULL: key_data holds exactly n
-                                    NUL-terminated keys back to back,
-                                    key_bytes of them in all */
-    void *const *bufs;           /* GET: n destinations; PUT/UPSERT: n sources;
-                                    NULL for other ops.  Borrowed. */
-    const uint64_t *sizes;       /* their capacities / lengths (copied) */
+    uint32_t struct_size;         /* sizeof(struct mcs_batch) */
+    int32_t op;                   /* enum mcs_op */
+    int32_t flags;                /* enum mcs_flags */
+    int32_t timeout_ms;           /* mcs_run(): give up waiting after this long
+                                     (MCS_E_TIMEOUT; the batch goes on and posts
+                                     a completion).  <= 0: wait until done. */
+    uint64_t n;                   /* number of keys, >= 1 */
+    const char *key_data;         /* packed key bytes (copied) */
+    uint64_t key_bytes;           /* size of key_data; no key may reach past it */
+    const uint64_t *key_offsets;  /* n + 1 offsets into key_data (copied), or
+                                     NULL: key_data holds exactly n
+                                     NUL-terminated keys back to back,
+                                     key_bytes of them in all */
+    void *const *bufs;            /* GET: n destinations; PUT/UPSERT: n sources;
+                                     NULL for other ops.  Borrowed. */
+    const uint64_t *sizes;        /* their capacities / lengths (copied) */
     const void *replicate_config; /* PUT/UPSERT: a mooncake::ReplicateConfig,
                                     or NULL for the client's default.  Borrowed. */
-    int64_t *results;            /* out: n per-key results (enum mcs_op) */
-    const void **values;         /* out, GET_BUFFER only: n pointers */
+    int64_t *results;             /* out: n per-key results (enum mcs_op) */
+    const void **values;          /* out, GET_BUFFER only: n pointers */
 };
 
 /* One finished batch, as returned by mcs_drain(). */
@@ -191,38 +191,38 @@ struct mcs_completion {
     int32_t first_error;  /* the first per-key error, 0 if none; -704 and
                              MCS_GET_UNREAD are reported per key only */
     uint32_t n_keys;
-    uint32_t n_failed;    /* keys whose result is an error (not -704) */
-    int32_t timed_out;    /* 1: an mcs_run() caller stopped waiting for it */
+    uint32_t n_failed; /* keys whose result is an error (not -704) */
+    int32_t timed_out; /* 1: an mcs_run() caller stopped waiting for it */
     uint32_t reserved;
-    char message[240];    /* why, when status or first_error != 0 */
+    char message[240]; /* why, when status or first_error != 0 */
 };
 
 /* Counters of one lane (mcs_client_lane_stats). Latencies are per batch,
  * from submit to completion, in microseconds. */
 struct mcs_lane_stats {
-    uint32_t struct_size;    /* set by the caller: sizeof(struct mcs_lane_stats) */
-    uint32_t workers;        /* 0: this lane is served by the shared pool */
-    uint32_t queued;         /* tiles waiting for a worker */
-    uint32_t running;        /* tiles being executed */
-    uint32_t pending;        /* batches accepted and not yet completed */
-    uint64_t submitted;      /* batches accepted */
-    uint64_t completed;      /* batches completed */
-    uint64_t failed;         /* completed batches with status != 0 */
-    uint64_t keys;           /* keys in completed batches */
-    uint64_t rejected;       /* submits refused with MCS_E_QUEUE_FULL */
+    uint32_t struct_size; /* set by the caller: sizeof(struct mcs_lane_stats) */
+    uint32_t workers;     /* 0: this lane is served by the shared pool */
+    uint32_t queued;      /* tiles waiting for a worker */
+    uint32_t running;     /* tiles being executed */
+    uint32_t pending;     /* batches accepted and not yet completed */
+    uint64_t submitted;   /* batches accepted */
+    uint64_t completed;   /* batches completed */
+    uint64_t failed;      /* completed batches with status != 0 */
+    uint64_t keys;        /* keys in completed batches */
+    uint64_t rejected;    /* submits refused with MCS_E_QUEUE_FULL */
     double mean_us;
     double p50_us;
     double p90_us;
     double p99_us;
     double max_us;
-    uint64_t merged;         /* Mooncake calls that served several batches */
+    uint64_t merged; /* Mooncake calls that served several batches */
 };
 
 /* Counters of one operation (mcs_client_op_stats), whichever lane ran it.
  * A batch counts as failed when it did not run or some key got an error
  * other than -704 / MCS_GET_UNREAD. */
 struct mcs_op_stats {
-    uint32_t struct_size;    /* set by the caller: sizeof(struct mcs_op_stats) */
+    uint32_t struct_size; /* set by the caller: sizeof(struct mcs_op_stats) */
     uint32_t reserved;
     uint64_t calls;          /* batches completed */
     uint64_t keys;           /* keys in them */
@@ -282,9 +282,8 @@ MCS_API int mcs_set_log_level(int level);
  * Blocks for the setup (tens of ms).  In a child forked from a process that
  * had set up a client it fails at once with MCS_E_FORKED (Mooncake's
  * process-wide state does not survive fork()). */
-MCS_API int mcs_client_create(mcs_client **out, const char *const *keys,
-                              const char *const *values, size_t n,
-                              const struct mcs_lanes *lanes, int probe_timeout_ms);
+MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const char *const *values,
+                              size_t n, const struct mcs_lanes *lanes, int probe_timeout_ms);
 
 /* Stops accepting calls, lets accepted batches and calls in other threads
  * finish, joins the workers, unregisters L1 and tears Mooncake down.
@@ -330,8 +329,7 @@ MCS_API int mcs_client_fd(mcs_client *c, int *fd_out);
  * already registered are unregistered newest first and the error returned.
  * While registered, every transfer buffer must lie inside one block, else
  * its batch fails with MCS_E_OUTSIDE_L1.  One region per client. */
-MCS_API int mcs_client_register_l1(mcs_client *c, void *ptr, uint64_t size,
-                                   uint64_t max_block);
+MCS_API int mcs_client_register_l1(mcs_client *c, void *ptr, uint64_t size, uint64_t max_block);
 /* Unregisters the L1 region (newest block first).  0 if none. */
 MCS_API int mcs_client_unregister_l1(mcs_client *c);
 /* Number of registered L1 blocks (0 when none) into *blocks_out. */
@@ -371,8 +369,8 @@ MCS_API int mcs_release(mcs_client *c, uint64_t id);
  * cut one buffer into values with no per-key call.  *written_out gets the
  * bytes written.  MCS_E_INVALID_ARG if they would exceed cap.  Touches no
  * client: call it before mcs_release() of that batch. */
-MCS_API int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap,
-                       const void *const *values, const int64_t *results, uint64_t n);
+MCS_API int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap, const void *const *values,
+                       const int64_t *results, uint64_t n);
 
 /* Moves up to `cap` completions into `out`, an array of elements of
  * `elem_size` bytes (sizeof(struct mcs_completion) as the caller knows it),

@@ -50,7 +50,7 @@ bool wanted(in_addr &out) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int bind(int fd, const sockaddr *addr,
-                                                            socklen_t len) {
+                                                           socklen_t len) {
     BindFn next = real_bind();
     in_addr want{};
     if (!next || !addr || !wanted(want)) return next ? next(fd, addr, len) : -1;

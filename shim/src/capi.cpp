@@ -33,8 +33,12 @@ std::atomic<pid_t> g_pid{getpid()};
 // fork(): a client set up in a child of that process hangs in the master
 // connect, so the child is refused at once.
 std::atomic<pid_t> g_mooncake_pid{0};
-void atfork_prepare() { g_registry_mu.lock(); }
-void atfork_parent() { g_registry_mu.unlock(); }
+void atfork_prepare() {
+    g_registry_mu.lock();
+}
+void atfork_parent() {
+    g_registry_mu.unlock();
+}
 void atfork_child() {
     g_pid.store(getpid());
     g_registry_mu.unlock();
@@ -66,17 +70,17 @@ mcs_client *acquire(mcs_client *c, int &rc) {
     return c;
 }
 
-bool forked(mcs_client *c) { return c->pid != g_pid.load(std::memory_order_relaxed); }
+bool forked(mcs_client *c) {
+    return c->pid != g_pid.load(std::memory_order_relaxed);
+}
 
 void release(mcs_client *c) {
     if (c->refs.fetch_sub(1) == 1) {
-        if (!forked(c))
-            delete c;
+        if (!forked(c)) delete c;
         // In a forked child the engine's threads and Mooncake's state belong
         // to the parent: leak them rather than touch them.
     }
 }
-
 
 // Runs `body` (returning a status) with every exception turned into a status
 // and a message: no C++ exception crosses the C boundary.
@@ -106,8 +110,7 @@ int with_open_client(mcs_client *c, F &&body) {
     if (!h) return rc;
     if (forked(h)) {
         release(h);
-        return fail(MCS_E_FORKED, "this client was created in process " +
-                                      std::to_string(h->pid) +
+        return fail(MCS_E_FORKED, "this client was created in process " + std::to_string(h->pid) +
                                       " and cannot be used after fork(); create a new one");
     }
     rc = h->engine->enter();
@@ -178,17 +181,24 @@ int mcs_version(void) {
 #define MCS_STR2(x) #x
 #define MCS_STR(x) MCS_STR2(x)
 const char *mcs_version_string(void) {
-    return MCS_STR(MCS_VERSION_MAJOR) "." MCS_STR(MCS_VERSION_MINOR) "." MCS_STR(
-        MCS_VERSION_PATCH);
+    return MCS_STR(MCS_VERSION_MAJOR) "." MCS_STR(MCS_VERSION_MINOR) "." MCS_STR(MCS_VERSION_PATCH);
 }
 
-int mcs_abi_version(void) { return MCS_ABI_VERSION; }
+int mcs_abi_version(void) {
+    return MCS_ABI_VERSION;
+}
 
-const char *mcs_error_name(int code) { return mcs::error_name(code); }
+const char *mcs_error_name(int code) {
+    return mcs::error_name(code);
+}
 
-const char *mcs_strerror(int code) { return mcs::error_text(code); }
+const char *mcs_strerror(int code) {
+    return mcs::error_text(code);
+}
 
-const char *mcs_last_error(void) { return t_last_error.c_str(); }
+const char *mcs_last_error(void) {
+    return t_last_error.c_str();
+}
 
 int mcs_load(const char *store_so_path) {
     return guarded([&] {
@@ -198,7 +208,9 @@ int mcs_load(const char *store_so_path) {
     });
 }
 
-int mcs_loaded(void) { return mcs::mooncake_loaded() ? 1 : 0; }
+int mcs_loaded(void) {
+    return mcs::mooncake_loaded() ? 1 : 0;
+}
 
 int mcs_set_log_level(int level) {
     int rc = mcs::set_log_level(level);
@@ -277,9 +289,13 @@ int close_client(mcs_client *c, bool for_exit) {
 
 extern "C" {
 
-int mcs_client_close(mcs_client *c) { return close_client(c, false); }
+int mcs_client_close(mcs_client *c) {
+    return close_client(c, false);
+}
 
-int mcs_client_close_for_exit(mcs_client *c) { return close_client(c, true); }
+int mcs_client_close_for_exit(mcs_client *c) {
+    return close_client(c, true);
+}
 
 int mcs_client_hostname(mcs_client *c, char *buf, size_t cap) {
     return with_open_client(c, [&](mcs::Engine &e) {

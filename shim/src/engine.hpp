@@ -25,6 +25,17 @@ struct OpCounters {
     void add_error(int code, uint64_t keys);
 };
 
+// A per-key result that is not an error: a value, a size, absent, unread.
+inline bool key_ok(int64_t r) {
+    return r >= 0 || r == kObjectNotFound || r == MCS_GET_UNREAD;
+}
+
+// A key as error messages quote it (long keys cut).
+inline std::string quote_key(const std::string &k) {
+    std::string s = k.size() > 64 ? k.substr(0, 61) + "..." : k;
+    return "'" + s + "'";
+}
+
 class Engine {
 public:
     Engine(std::unique_ptr<Backend> backend, const mcs_lanes *lanes);

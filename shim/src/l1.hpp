@@ -19,8 +19,7 @@ public:
     int unregister_all(Backend &backend);
     uint32_t blocks();
     // MCS_OK, or MCS_E_OUTSIDE_L1 with msg set, for buffers not inside one block.
-    int check(const std::vector<void *> &bufs, const std::vector<size_t> &sizes,
-              std::string &msg);
+    int check(const std::vector<void *> &bufs, const std::vector<size_t> &sizes, std::string &msg);
 
 private:
     struct Block {

@@ -47,7 +47,9 @@ double Histogram::percentile(double p) const {
 Lane::Lane(Engine *engine, int id, uint32_t workers, uint32_t capacity, int32_t wait_ms)
     : engine_(engine), id_(id), workers_(workers), capacity_(capacity), wait_ms_(wait_ms) {}
 
-Lane::~Lane() { stop(); }
+Lane::~Lane() {
+    stop();
+}
 
 void Lane::start() {
     for (uint32_t i = 0; i < workers_; i++) threads_.emplace_back([this] { worker_loop(); });
@@ -159,8 +161,7 @@ void Lane::gather_mergeable(Tile &first, std::vector<Tile> &group) {
     const int op = first.batch->op;
     size_t keys = first.end - first.begin;
     size_t scanned = 0;
-    for (auto it = queue_.begin(); it != queue_.end() && keys < limit && scanned < 256;
-         scanned++) {
+    for (auto it = queue_.begin(); it != queue_.end() && keys < limit && scanned < 256; scanned++) {
         size_t k = it->end - it->begin;
         if (Engine::mergeable(*it) && it->batch->op == op && keys + k <= limit) {
             if (group.empty()) group.push_back(std::move(first));

@@ -45,14 +45,14 @@ struct Batch {
     Clock::time_point t0;
     std::atomic<uint32_t> remaining{0};
 
-    std::mutex mu;  // guards the fields below
+    std::mutex mu;        // guards the fields below
     int status = 0;       // the batch as a whole did not run
     int first_error = 0;  // the first per-key error
     uint32_t n_failed = 0;
     std::string message;
     std::vector<std::shared_ptr<void>> holds;  // GET_BUFFER: what keeps values valid
-    bool sync = false;       // a caller waits in mcs_run()
-    bool abandoned = false;  // ... and stopped waiting: post a completion
+    bool sync = false;                         // a caller waits in mcs_run()
+    bool abandoned = false;                    // ... and stopped waiting: post a completion
     bool done = false;
     std::condition_variable cv;
 };

@@ -50,8 +50,8 @@ struct Symbols {
     std::vector<int> (*batch_exists)(RealClient *, const StrVec &);
     std::vector<int> (*batch_put)(RealClient *, const StrVec &, const PtrVec &, const SizeVec &,
                                   const ReplicateConfig &);
-    std::vector<int> (*batch_upsert)(RealClient *, const StrVec &, const PtrVec &,
-                                     const SizeVec &, const ReplicateConfig &);
+    std::vector<int> (*batch_upsert)(RealClient *, const StrVec &, const PtrVec &, const SizeVec &,
+                                     const ReplicateConfig &);
     std::vector<int64_t> (*batch_get)(RealClient *, const StrVec &, const PtrVec &,
                                       const SizeVec &);
     std::vector<int> (*batch_remove)(RealClient *, const StrVec &, bool);
@@ -123,8 +123,8 @@ static_assert(sizeof(kSymbols) / sizeof(kSymbols[0]) == sizeof(Symbols) / sizeof
 // that ConfigDict setup forwards to and that skips the mount for a size of 0;
 // its mangled name (the parameter list is part of it) changed in 0.3.12, so
 // resolving it by name finds it exactly on the wheels that need it.
-using LegacySetup = ExpectedVoid (*)(RealClient *, const std::string &, const std::string &,
-                                     size_t, size_t, const std::string &, const std::string &,
+using LegacySetup = ExpectedVoid (*)(RealClient *, const std::string &, const std::string &, size_t,
+                                     size_t, const std::string &, const std::string &,
                                      const std::string &,
                                      const std::shared_ptr<mooncake::TransferEngine> &,
                                      const std::string &, int, bool, bool, const std::string &);
@@ -141,8 +141,8 @@ std::string config_or(const ConfigDict &cfg, const char *key, const char *fallba
 // A size key as those wheels read it (digits only: units were expanded in Python).
 size_t legacy_size(const ConfigDict &cfg, const char *key, bool zero_ok) {
     std::string v = config_or(cfg, key, "16777216");
-    bool digits = !v.empty() && v.size() <= 19 &&
-                  v.find_first_not_of("0123456789") == std::string::npos;
+    bool digits =
+        !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
     size_t n = digits ? std::stoull(v) : 0;
     if (!digits || (n == 0 && !zero_ok) || (n != 0 && (n < 1024 || n > (1ULL << 40))))
         throw Error(MCS_E_INVALID_ARG, std::string(key) + " '" + v +
@@ -159,14 +159,12 @@ ExpectedVoid legacy_setup_without_segment(RealClient *client, const ConfigDict &
         throw Error(MCS_E_INVALID_ARG, "protocol '" + protocol + "' must be tcp or rdma");
     std::string offload = config_or(cfg, "enable_ssd_offload", "false");
     for (auto &ch : offload) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return g_legacy_setup(client, config_or(cfg, "local_hostname", ""),
-                          config_or(cfg, "metadata_server", ""), 0,
-                          legacy_size(cfg, "local_buffer_size", true), protocol,
-                          config_or(cfg, "rdma_devices", ""),
-                          config_or(cfg, "master_server_addr", "127.0.0.1:50051"), {},
-                          config_or(cfg, "ipc_socket_path", ""), 50052,
-                          offload == "true" || offload == "1", true,
-                          config_or(cfg, "ssd_offload_path", ""));
+    return g_legacy_setup(
+        client, config_or(cfg, "local_hostname", ""), config_or(cfg, "metadata_server", ""), 0,
+        legacy_size(cfg, "local_buffer_size", true), protocol, config_or(cfg, "rdma_devices", ""),
+        config_or(cfg, "master_server_addr", "127.0.0.1:50051"), {},
+        config_or(cfg, "ipc_socket_path", ""), 50052, offload == "true" || offload == "1", true,
+        config_or(cfg, "ssd_offload_path", ""));
 }
 
 bool wants_no_segment(const ConfigDict &cfg) {
@@ -300,9 +298,13 @@ int load_mooncake(const char *path, std::string &msg) {
     return MCS_OK;
 }
 
-const void *replicate_config_typeid() { return &typeid(ReplicateConfig); }
+const void *replicate_config_typeid() {
+    return &typeid(ReplicateConfig);
+}
 
-bool mooncake_loaded() { return g_loaded.load(); }
+bool mooncake_loaded() {
+    return g_loaded.load();
+}
 
 int set_log_level(int level) {
     if (level < 0 || level > 3) return MCS_E_INVALID_ARG;

@@ -41,8 +41,8 @@ int tcp_connect(const std::string &host, const std::string &port, int timeout_ms
     int connected = -1;
     why = "no address";
     for (addrinfo *ai = res; ai && connected < 0; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                        ai->ai_protocol);
+        int fd =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
         if (fd < 0) continue;
         int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (rc == 0) {
@@ -74,8 +74,7 @@ int tcp_connect(const std::string &host, const std::string &port, int timeout_ms
 }
 
 // Waits up to timeout_ms for a TCP connection to host:port.
-bool tcp_probe(const std::string &host, const std::string &port, int timeout_ms,
-               std::string &why) {
+bool tcp_probe(const std::string &host, const std::string &port, int timeout_ms, std::string &why) {
     int fd = tcp_connect(host, port, timeout_ms, why);
     if (fd < 0) return false;
     ::close(fd);

@@ -26,12 +26,12 @@ namespace {
 
 int g_failed_checks = 0;
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
+#define CHECK(cond)                                                                           \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
             std::fprintf(stderr, "  CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-            g_failed_checks++;                                                         \
-        }                                                                              \
+            g_failed_checks++;                                                                \
+        }                                                                                     \
     } while (0)
 
 // An in-memory store with switches to block or fail operations.
@@ -87,7 +87,8 @@ public:
             auto it = data.find(k);
             copies->push_back(it == data.end() ? std::string() : it->second);
             hv.values.push_back(it == data.end() ? nullptr : copies->back().data());
-            hv.sizes.push_back(it == data.end() ? int64_t(MCS_GET_UNREAD) : int64_t(it->second.size()));
+            hv.sizes.push_back(it == data.end() ? int64_t(MCS_GET_UNREAD)
+                                                : int64_t(it->second.size()));
         }
         held.push_back(copies);
         hv.hold = copies;
@@ -95,7 +96,8 @@ public:
     }
     std::vector<std::weak_ptr<std::vector<std::string>>> held;
     std::vector<int> put_from(const mcs::StrVec &keys, const std::vector<void *> &bufs,
-                              const std::vector<size_t> &sizes, const void *, bool upsert) override {
+                              const std::vector<size_t> &sizes, const void *,
+                              bool upsert) override {
         puts_running++;
         while (block_puts.load()) std::this_thread::sleep_for(1ms);
         std::vector<int> r;
@@ -155,8 +157,8 @@ struct Keys {
     size_t size() const { return offsets.size() - 1; }
 };
 
-mcs_batch make_batch(int op, const Keys &k, void *const *bufs, const uint64_t *sizes,
-                     int64_t *res, int flags = 0) {
+mcs_batch make_batch(int op, const Keys &k, void *const *bufs, const uint64_t *sizes, int64_t *res,
+                     int flags = 0) {
     mcs_batch b{};
     b.struct_size = sizeof b;
     b.op = op;
@@ -340,13 +342,15 @@ void test_waiting_small_gets_are_merged() {
         Fixture f(lanes);
         {
             std::lock_guard<std::mutex> lk(f.store->mu);
-            for (int i = 0; i < 10; i++) f.store->data["g" + std::to_string(i)] = std::string(i + 1, 'x');
+            for (int i = 0; i < 10; i++)
+                f.store->data["g" + std::to_string(i)] = std::string(i + 1, 'x');
         }
         f.store->block_gets = true;
         // one batch occupies the single worker; 12 more wait (one repeats a key)
         std::vector<Keys> keys;
         keys.emplace_back(std::vector<std::string>{"g0"});
-        for (int i = 0; i < 10; i++) keys.emplace_back(std::vector<std::string>{"g" + std::to_string(i)});
+        for (int i = 0; i < 10; i++)
+            keys.emplace_back(std::vector<std::string>{"g" + std::to_string(i)});
         keys.emplace_back(std::vector<std::string>{"g3"});  // repeats a key of the group
         keys.emplace_back(std::vector<std::string>{"missing"});
         std::vector<std::vector<char>> out(keys.size(), std::vector<char>(16));
@@ -391,12 +395,14 @@ void test_lanes_isolate_lookups_from_blocked_stores() {
     f.store->block_puts = true;
     char v[] = "v";
     std::vector<Keys> keys;
-    for (int i = 0; i < 4; i++) keys.emplace_back(std::vector<std::string>{"s" + std::to_string(i)});
+    for (int i = 0; i < 4; i++)
+        keys.emplace_back(std::vector<std::string>{"s" + std::to_string(i)});
     void *bufs[] = {v};
     uint64_t sizes[] = {1};
     int64_t res[4][1];
     uint64_t ids[4];
-    for (int i = 0; i < 4; i++) CHECK(f.submit(MCS_OP_PUT, keys[i], bufs, sizes, res[i], &ids[i]) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(f.submit(MCS_OP_PUT, keys[i], bufs, sizes, res[i], &ids[i]) == 0);
     std::this_thread::sleep_for(20ms);
     CHECK(f.store->puts_running.load() == 2);  // store lane: 2 workers, both stuck
     Keys look({"s0"});
@@ -495,7 +501,8 @@ void test_close_drains_accepted_work_and_refuses_more() {
     f.store->block_puts = true;
     char v[] = "v";
     std::vector<Keys> keys;
-    for (int i = 0; i < 5; i++) keys.emplace_back(std::vector<std::string>{"c" + std::to_string(i)});
+    for (int i = 0; i < 5; i++)
+        keys.emplace_back(std::vector<std::string>{"c" + std::to_string(i)});
     void *bufs[] = {v};
     uint64_t sizes[] = {1};
     int64_t res[5][1];
@@ -814,11 +821,13 @@ int main() {
         {"tiles_make_exactly_one_completion", test_tiles_make_exactly_one_completion},
         {"byte_tiles_split_stores_only", test_byte_tiles_split_stores_only},
         {"waiting_small_gets_are_merged", test_waiting_small_gets_are_merged},
-        {"lanes_isolate_lookups_from_blocked_stores", test_lanes_isolate_lookups_from_blocked_stores},
+        {"lanes_isolate_lookups_from_blocked_stores",
+         test_lanes_isolate_lookups_from_blocked_stores},
         {"shared_pool_serves_unconfigured_lanes", test_shared_pool_serves_unconfigured_lanes},
         {"full_queue_fails_or_waits_as_configured", test_full_queue_fails_or_waits_as_configured},
         {"eventfd_is_readable_until_drained", test_eventfd_is_readable_until_drained},
-        {"close_drains_accepted_work_and_refuses_more", test_close_drains_accepted_work_and_refuses_more},
+        {"close_drains_accepted_work_and_refuses_more",
+         test_close_drains_accepted_work_and_refuses_more},
         {"close_waits_for_threads_inside_calls", test_close_waits_for_threads_inside_calls},
         {"l1_blocks_checks_and_rollback", test_l1_blocks_checks_and_rollback},
         {"concurrent_mixed_load", test_concurrent_mixed_load},

@@ -1,0 +1,259 @@
+// Running tiles against the backend: one tile, or several small reads merged
+// into one Mooncake call; per-key outcomes folded into each batch (first error,
+// failed keys) and into the per-operation counters.
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <unordered_set>
+
+#include "engine.hpp"
+
+namespace mcs {
+
+void Engine::run_tile(const Tile &tile) {
+    Batch &b = *tile.batch;
+    size_t begin = tile.begin, end = tile.end, n = end - begin;
+    bool whole = begin == 0 && end == b.keys.size();
+    StrVec sub_keys;
+    std::vector<void *> sub_bufs;
+    std::vector<size_t> sub_sizes;
+    if (!whole) {
+        sub_keys.assign(b.keys.begin() + begin, b.keys.begin() + end);
+        if (!b.bufs.empty()) {
+            sub_bufs.assign(b.bufs.begin() + begin, b.bufs.begin() + end);
+            sub_sizes.assign(b.sizes.begin() + begin, b.sizes.begin() + end);
+        }
+    }
+    const StrVec &keys = whole ? b.keys : sub_keys;
+    const std::vector<void *> &bufs = whole ? b.bufs : sub_bufs;
+    const std::vector<size_t> &sizes = whole ? b.sizes : sub_sizes;
+    int64_t *res = b.results + begin;
+    std::string err;
+
+    auto copy_int = [&](const auto &v) {
+        if (v.size() != n) {
+            err = "Mooncake returned " + std::to_string(v.size()) + " results for " +
+                  std::to_string(n) + " keys";
+            return;
+        }
+        for (size_t i = 0; i < n; i++) res[i] = int64_t(v[i]);
+    };
+
+    try {
+        switch (b.op) {
+            case MCS_OP_EXISTS: copy_int(backend_->exists(keys)); break;
+            case MCS_OP_SIZE:
+                for (size_t i = 0; i < n; i++) res[i] = backend_->size(keys[i]);
+                break;
+            case MCS_OP_GET: copy_int(backend_->get_into(keys, bufs, sizes)); break;
+            case MCS_OP_GET_BUFFER: {
+                HeldValues hv = backend_->get_buffers(keys);
+                copy_int(hv.sizes);
+                if (err.empty() && hv.values.size() == n) {
+                    for (size_t i = 0; i < n; i++) b.values[begin + i] = hv.values[i];
+                } else if (err.empty()) {
+                    err = "Mooncake returned a wrong number of buffers";
+                }
+                if (hv.hold) {
+                    std::lock_guard<std::mutex> lk(b.mu);
+                    b.holds.push_back(std::move(hv.hold));
+                }
+                break;
+            }
+            case MCS_OP_REMOVE: copy_int(backend_->remove(keys, b.flags & MCS_FLAG_FORCE)); break;
+            case MCS_OP_UPSERT:
+                copy_int(backend_->put_from(keys, bufs, sizes, b.rcfg, true));
+                break;
+            case MCS_OP_PUT:
+                if (!(b.flags & MCS_FLAG_SKIP_EXISTING)) {
+                    copy_int(backend_->put_from(keys, bufs, sizes, b.rcfg, false));
+                    break;
+                }
+                {
+                    std::vector<int> ex = backend_->exists(keys);
+                    StrVec k2;
+                    std::vector<void *> b2;
+                    std::vector<size_t> s2, idx;
+                    for (size_t i = 0; i < n; i++) {
+                        if (ex.size() == n && ex[i] == 1) {
+                            res[i] = MCS_PUT_EXISTED;
+                        } else {
+                            k2.push_back(keys[i]);
+                            b2.push_back(bufs[i]);
+                            s2.push_back(sizes[i]);
+                            idx.push_back(i);
+                        }
+                    }
+                    if (!k2.empty()) {
+                        std::vector<int> r = backend_->put_from(k2, b2, s2, b.rcfg, false);
+                        for (size_t j = 0; j < idx.size(); j++)
+                            res[idx[j]] = j < r.size() ? r[j] : MCS_E_INTERNAL;
+                    }
+                }
+                break;
+        }
+    } catch (const std::exception &e) {
+        err = std::string("exception in Mooncake call: ") + e.what();
+    } catch (...) {
+        err = "unknown exception in Mooncake call";
+    }
+    if (!err.empty())
+        for (size_t i = 0; i < n; i++) res[i] = MCS_E_INTERNAL;
+    finish_tile(b, begin, end, err);
+    if (b.remaining.fetch_sub(1) == 1) complete(tile.batch);
+}
+
+bool Engine::mergeable(const Tile &t) {
+    int op = t.batch->op;
+    return (op == MCS_OP_GET || op == MCS_OP_GET_BUFFER || op == MCS_OP_EXISTS) &&
+           t.end - t.begin <= 16;
+}
+
+void Engine::run_merged(std::vector<Tile> &tiles) {
+    int op = tiles.front().batch->op;
+    StrVec keys;
+    std::vector<void *> bufs;
+    std::vector<size_t> sizes;
+    std::vector<const Tile *> merged, alone;
+    std::unordered_set<std::string_view> seen;
+    for (const Tile &t : tiles) {
+        const Batch &b = *t.batch;
+        bool clash = false;
+        for (size_t i = t.begin; i < t.end && !clash; i++) clash = seen.count(b.keys[i]) > 0;
+        if (clash) {  // Mooncake fills only one slot of a repeated key
+            alone.push_back(&t);
+            continue;
+        }
+        merged.push_back(&t);
+        for (size_t i = t.begin; i < t.end; i++) {
+            seen.insert(b.keys[i]);
+            keys.push_back(b.keys[i]);
+            if (op == MCS_OP_GET) {
+                bufs.push_back(b.bufs[i]);
+                sizes.push_back(b.sizes[i]);
+            }
+        }
+    }
+    std::vector<int64_t> res(keys.size(), MCS_E_INTERNAL);
+    HeldValues hv;
+    std::string err;
+    try {
+        if (op == MCS_OP_EXISTS) {
+            std::vector<int> v = backend_->exists(keys);
+            if (v.size() == keys.size())
+                std::copy(v.begin(), v.end(), res.begin());
+            else
+                err = "Mooncake returned a wrong number of results";
+        } else if (op == MCS_OP_GET_BUFFER) {
+            hv = backend_->get_buffers(keys);
+            if (hv.sizes.size() == keys.size() && hv.values.size() == keys.size())
+                res = hv.sizes;
+            else
+                err = "Mooncake returned a wrong number of buffers";
+        } else {
+            std::vector<int64_t> v = backend_->get_into(keys, bufs, sizes);
+            if (v.size() == keys.size())
+                res = std::move(v);
+            else
+                err = "Mooncake returned a wrong number of results";
+        }
+    } catch (const std::exception &e) {
+        err = std::string("exception in Mooncake call: ") + e.what();
+    } catch (...) {
+        err = "unknown exception in Mooncake call";
+    }
+    if (!err.empty()) std::fill(res.begin(), res.end(), int64_t(MCS_E_INTERNAL));
+    size_t off = 0;
+    for (const Tile *t : merged) {
+        Batch &b = *t->batch;
+        size_t n = t->end - t->begin;
+        std::copy(res.begin() + off, res.begin() + off + n, b.results + t->begin);
+        if (op == MCS_OP_GET_BUFFER && err.empty()) {
+            std::copy(hv.values.begin() + off, hv.values.begin() + off + n, b.values + t->begin);
+            if (hv.hold) {
+                std::lock_guard<std::mutex> lk(b.mu);
+                b.holds.push_back(hv.hold);  // shared by every merged batch
+            }
+        }
+        off += n;
+        finish_tile(b, t->begin, t->end, err);
+        if (b.remaining.fetch_sub(1) == 1) complete(t->batch);
+    }
+    for (const Tile *t : alone) run_tile(*t);
+}
+
+void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &err) {
+    std::lock_guard<std::mutex> lk(b.mu);
+    if (!err.empty() && b.status == 0) {
+        b.status = MCS_E_INTERNAL;
+        b.message = err;
+    }
+    for (size_t i = begin; i < end; i++) {
+        int64_t r = b.results[i];
+        if (key_ok(r)) continue;
+        b.n_failed++;
+        if (b.first_error == 0) {
+            b.first_error = int(r);
+            if (b.message.empty())
+                b.message = "key " + quote_key(b.keys[i]) + ": " + describe(int(r));
+        }
+    }
+}
+
+void OpCounters::add_error(int code, uint64_t keys) {
+    for (int i = 0; i < kOpErrors; i++) {
+        if (error_keys[i] == 0) error_codes[i] = code;
+        if (error_codes[i] == code) {
+            error_keys[i] += keys;
+            return;
+        }
+    }
+}
+
+void Engine::count(const Batch &b, double us, bool failed) {
+    uint64_t bytes = 0, failed_keys = 0, no_space = 0;
+    const size_t n = b.keys.size();
+    // Per-key errors of this batch, most batches having none or one kind.
+    std::vector<std::pair<int, uint64_t>> errors;
+    auto note = [&errors](int code, uint64_t keys) {
+        for (auto &e : errors)
+            if (e.first == code) {
+                e.second += keys;
+                return;
+            }
+        errors.emplace_back(code, keys);
+    };
+    if (b.status == 0) {
+        for (size_t i = 0; i < n; i++) {
+            int64_t r = b.results[i];
+            if (r >= 0) {
+                if (b.op == MCS_OP_GET || b.op == MCS_OP_GET_BUFFER)
+                    bytes += uint64_t(r);
+                else if ((b.op == MCS_OP_PUT || b.op == MCS_OP_UPSERT) && r == 0)
+                    bytes += b.sizes[i];
+            } else if (!key_ok(r)) {
+                failed_keys++;
+                if (r == kNoAvailableHandle) no_space++;
+                note(int(r), 1);
+            }
+        }
+    } else {
+        failed_keys = n;
+        note(b.status, n);
+    }
+    int bucket = 0;
+    if (us >= 1.0) bucket = std::min(kOpBuckets - 1, int(std::floor(std::log2(us))) + 1);
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    OpCounters &o = ops_[b.op];
+    o.calls++;
+    o.keys += n;
+    o.failed_calls += failed ? 1 : 0;
+    o.failed_keys += failed_keys;
+    o.bytes += bytes;
+    o.no_space += no_space;
+    o.sum_us += us;
+    o.buckets[bucket]++;
+    for (auto &e : errors) o.add_error(e.first, e.second);
+}
+
+}  // namespace mcs
