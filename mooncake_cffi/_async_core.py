@@ -16,13 +16,13 @@ from ._binding import ffi, lib
 from ._calls import BlockingCalls
 from ._marshal import Packed, as_list, refused
 from ._plans import gather_values
-from ._stats import OPS
+from ._stats import OP_CODES, OPS
 from .errors import check
 from .status import MCS_E_TIMEOUT
 
 __all__ = ["AsyncCore", "Completion"]
 
-_OP = {name: code for code, name in enumerate(OPS)}
+_OP = OP_CODES
 _GET, _GET_BUFFER = _OP["get"], _OP["get_buffer"]
 _FLAG_FORCE = lib.MCS_FLAG_FORCE
 _FLAG_SKIP_EXISTING = lib.MCS_FLAG_SKIP_EXISTING

@@ -17,7 +17,7 @@ from ._binding import ffi, lib
 from ._lifecycle import ClientHandle
 from ._marshal import KeyBatch, Packed, encode_key, refused, results_list
 from ._plans import gather_values, raise_key_errors, segment_note
-from ._stats import OPS
+from ._stats import OP_CODES, OPS
 from .errors import InvalidArgumentError, MooncakeTimeoutError, error_for
 from .retry import retry_keys
 from .status import MCS_E_INVALID_ARG, MCS_E_TIMEOUT
@@ -26,8 +26,8 @@ __all__ = ["BlockingCalls", "DEFAULT"]
 
 #: ``timeout=`` not given: the client's ``op_timeout`` applies.
 DEFAULT = object()
-_GET_BUFFER = OPS.index("get_buffer")
-_GET = OPS.index("get")
+_GET_BUFFER = OP_CODES["get_buffer"]
+_GET = OP_CODES["get"]
 _SCRATCH_BYTES = 256 * 1024
 
 

@@ -74,6 +74,17 @@ def pack_keys(keys: list[Any]) -> bytes:
     return b"\0".join([encode_key(k, i) for i, k in enumerate(keys)])
 
 
+def point_at_keys(b: Any, op: int, keys: list[Any], flags: int) -> Any:
+    """Set a batch's op, flags and packed keys; returns the cdata that must outlive the call."""
+    cdata = ffi.from_buffer(pack_keys(keys))  # keeps the packed bytes alive
+    b.op = op
+    b.flags = flags
+    b.n = len(keys)
+    b.key_data = cdata
+    b.key_bytes = len(cdata) + 1  # with the NUL every bytes object ends with
+    return cdata
+
+
 class Packed:
     """A ``struct mcs_batch`` and everything it points to, kept alive together.
 
@@ -98,16 +109,9 @@ class Packed:
         n = len(keys)
         if n == 0:
             raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
-        data = pack_keys(keys)
         b = ffi.new("struct mcs_batch *")
         b.struct_size = _BATCH_SIZE
-        b.op = op
-        b.flags = flags
-        b.n = n
-        cdata = ffi.from_buffer(data)
-        b.key_data = cdata
-        b.key_bytes = len(data) + 1  # with the NUL every bytes object ends with
-        keep: list[Any] = [data, cdata]
+        keep: list[Any] = [point_at_keys(b, op, keys, flags)]
         if buffers is not None:
             if op not in _BUFFER_OPS:
                 raise ValueError("this operation takes no buffers")
@@ -170,15 +174,7 @@ class KeyBatch:
         n = len(keys)
         if n > self.cap:
             self._grow(max(n, 2 * self.cap))
-        data = pack_keys(keys)
-        cdata = ffi.from_buffer(data)
-        b = self.batch
-        b.op = op
-        b.flags = flags
-        b.n = n
-        b.key_data = cdata
-        b.key_bytes = len(data) + 1  # with the NUL every bytes object ends with
-        return cdata
+        return point_at_keys(self.batch, op, keys, flags)
 
 
 #: From this many keys on, results are converted through numpy (C speed per key).

@@ -13,12 +13,14 @@ from . import status
 from ._binding import ffi, lib
 from .errors import check
 
-__all__ = ["LANES", "OPS", "LANE_OPS", "lane_stats", "op_stats"]
+__all__ = ["LANES", "OPS", "OP_CODES", "LANE_OPS", "OP_LANE", "lane_stats", "op_stats"]
 
 #: Lane names, in the shim's order (enum mcs_lane_id).
 LANES = ("lookup", "retrieve", "store", "delete", "shared")
 #: Operation names, in the shim's order (enum mcs_op).
 OPS = ("exists", "get", "put", "upsert", "remove", "size", "get_buffer")
+#: Operation codes by name (enum mcs_op).
+OP_CODES = {name: code for code, name in enumerate(OPS)}
 #: Which operations each lane serves (a lane without workers of its own still counts them).
 LANE_OPS = {
     "lookup": ("exists", "size"),
@@ -26,6 +28,9 @@ LANE_OPS = {
     "store": ("put", "upsert"),
     "delete": ("remove",),
 }
+
+#: The lane that serves each operation.
+OP_LANE = {op: lane for lane, ops in LANE_OPS.items() for op in ops}
 
 _LANE_FIELDS = (
     "workers",

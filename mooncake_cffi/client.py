@@ -46,19 +46,17 @@ LANES = _stats.LANES
 #: Operation names, in the shim's order (``submit`` takes them).
 OPS = _stats.OPS
 
-_OP = {name: code for code, name in enumerate(OPS)}
+_OP = _stats.OP_CODES
 _EXISTS, _GET, _PUT, _UPSERT = _OP["exists"], _OP["get"], _OP["put"], _OP["upsert"]
 _REMOVE, _SIZE, _GET_BUFFER = _OP["remove"], _OP["size"], _OP["get_buffer"]
 _FLAG_FORCE = lib.MCS_FLAG_FORCE
 _FLAG_SKIP_EXISTING = lib.MCS_FLAG_SKIP_EXISTING
-_SCRATCH_BYTES = 256 * 1024
 #: A skip-existing put reads back what it wrote, waiting this often this long for a
 #: racing writer's put to end (a key still unreadable then is reported written).
 _READBACK_ROUNDS = 20
 _READBACK_WAIT = 0.025
 #: lookup_prefix asks at least this many keys first.
 PREFIX_FIRST_WINDOW = 16
-_COMPLETION_SIZE = ffi.sizeof("struct mcs_completion")
 
 
 def set_log_level(level: int) -> None:

@@ -39,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
         "pip install 'mooncake-cffi[metrics]' (or pip install prometheus_client)"
     ) from exc
 
+from ._stats import OP_LANE
 from .errors import MooncakeError
 
 __all__ = ["FIELDS", "OP_FIELDS", "Field", "ClientCollector", "register", "unregister"]
@@ -103,9 +104,6 @@ OP_FIELDS: tuple[Field, ...] = (
 )  # fmt: skip
 OP_FAILURES = "mooncake_cffi_op_failures"
 OP_DURATION = "mooncake_cffi_op_duration_seconds"
-#: Which lane serves each operation.
-OP_LANE = {"exists": "lookup", "size": "lookup", "get": "retrieve", "get_buffer": "retrieve",
-           "put": "store", "upsert": "store", "remove": "delete"}  # fmt: skip
 
 LATENCY = "mooncake_cffi_batch_latency_seconds"
 FAILURES = "mooncake_cffi_failures"
