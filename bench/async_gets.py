@@ -172,7 +172,7 @@ def main() -> None:
         client.close()
 
     t_run = pc()
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         for nw in workers:
             measure(local, nw)
     run_s = pc() - t_run

@@ -13,7 +13,12 @@ spread of the per-round paired ratios (p10..p90).
     batch_put          Client.batch_put          put_batch               (fresh keys)
     put_from           Client.put_from           batch_put_from          (64 x 1 MiB only)
 
-    .venv/bin/python bench/batches.py [--rounds N] [--quick]
+Small cells get more rounds (10x at 1 key, 3x at 16 keys): one call there is ~0.1 ms, so
+single rounds are noisy.  By default the cluster runs on the last CPU and this process on the
+others (``--pin split``, see bench/_common.py); ``--pin none`` leaves placement to the
+scheduler.
+
+    .venv/bin/python bench/batches.py [--rounds N] [--quick] [--ops A,B] [--cells 1,16]
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ OPS = ["batch_get", "batch_exists", "batch_remove", "get_into", "batch_put", "pu
 SKIP = {("batch_get", "64 x 1 MiB"), ("batch_put", "64 x 1 MiB")}
 SKIP |= {("put_from", "1 key"), ("put_from", "16 keys")}
 SKIP |= {("put_from", c) for c in ("256 keys", "1024 keys", "64 x 64 KiB")}
+
+
+def _short(name: str) -> str:
+    """"64 x 64 KiB" -> "64x64KiB", "16 keys" -> "16"."""
+    return name.replace(" keys", "").replace(" key", "").replace(" ", "")
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -170,26 +180,35 @@ def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__doc__.splitlines()[0], pin="split")
     p.add_argument("--rounds", type=int, default=40, help="timed rounds per cell (default 40)")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of operations")
+    p.add_argument(
+        "--cells",
+        default="",
+        help="comma-separated subset of cells by key count and value size, e.g. 1,16,64x64KiB",
+    )
     args = p.parse_args()
+    wanted = {c.strip().replace(" ", "") for c in args.cells.split(",") if c.strip()}
     rounds = 5 if args.quick else args.rounds
     ops = [o for o in args.ops.split(",") if o]
     check_installed()
     info = banner("batches", args)
     results: dict[str, dict[str, Any]] = {}
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         ours = our_client(local)
         theirs = their_store(local)
         warm_segment(ours, 512 * MiB)
         try:
             for name, n, size in CELLS:
+                if wanted and _short(name) not in wanted:
+                    continue
                 cell = Cell(ours, theirs, name, n, size)
+                cell_rounds = rounds * (10 if n == 1 else 3 if n <= 16 else 1)
                 for op in ops:
                     if (op, name) in SKIP:
                         continue
-                    res = measure(cell, op, rounds)
+                    res = measure(cell, op, cell_rounds)
                     results.setdefault(op, {})[name] = res
                     print(
                         f"{op:>13} {name:>12}: ours {fmt(res['ours_ms'])} ms, theirs "
@@ -215,7 +234,7 @@ def main() -> None:
         (r["ratio"], op, name) for op, cells in results.items() for name, r in cells.items()
     )
     print(f"\nworst cell: {worst[1]} {worst[2]} at {worst[0]:.2f}")
-    write_json("batches", {"rounds": rounds, "results": results}, args.out, info)
+    write_json("batches", {"rounds": rounds, "pin": args.pin, "results": results}, args.out, info)
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ def main() -> None:
     busy_wall: dict[str, float] = {c: 0.0 for c in CONFIGS}
     busy_storage: dict[str, float] = {c: 0.0 for c in CONFIGS}
 
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         clients = {
             "pool": our_client(local, num_workers=4),
             "lanes": our_client(local, num_workers=4, per_op_workers=LANE_CFG),

@@ -209,7 +209,7 @@ def main() -> None:
     info = banner("lmcache_l2", args)
     variants = ["plugin", "native_plugin", "client"]
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         with our_client(local) as warm:
             warm_segment(warm, 2 * args.num_keys * args.value_kb * 1024 * (args.rounds + 1))
         for rep in range(args.reps):

@@ -27,7 +27,7 @@ def main() -> None:
     check_installed()
     info = banner("prefix", args)
     results: dict[str, dict[str, Any]] = {}
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         c = our_client(local)
         keys = [f"prefix-bench/chunk-{i:05d}" for i in range(N_KEYS)]
         c.batch_put(keys, [b"v" * 64] * N_KEYS)

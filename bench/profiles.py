@@ -162,7 +162,7 @@ def main() -> None:
         args.dumps, args.seconds = 8, 1.0
     info = banner("profiles", args)
     result: dict[str, Any] = {}
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         if args.only in (None, "spin"):
             result["spin"] = spin_profile(local, args.dumps)
         if args.only in (None, "shim"):

@@ -64,7 +64,7 @@ def main() -> None:
     arena_dst = Arena(1, max_bytes, fill=0)
     results: list[dict[str, Any]] = []
 
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         ours = our_client(local)
         theirs = their_store(local)
         for a in (arena_src, arena_dst):

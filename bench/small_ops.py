@@ -55,7 +55,7 @@ def main() -> None:
     info = banner("small_ops", args)
     vs = args.value_size
 
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         c = our_client(local)
         theirs = their_store(local)
         key = "small-ops/key"

@@ -84,7 +84,7 @@ def main() -> None:
     times: dict[str, dict[str, list[float]]] = {}
     errors: dict[str, int] = {}
 
-    with cluster(args.segment) as local:
+    with cluster(args.segment, args.pin) as local:
         clients: dict[str, Any] = {
             "ours": our_client(local),
             "ours-l1": our_client(local, l1=arena.buf, register_l1=True),
