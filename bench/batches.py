@@ -62,7 +62,7 @@ SKIP |= {("put_from", c) for c in ("256 keys", "1024 keys", "64 x 64 KiB")}
 
 
 def _short(name: str) -> str:
-    """"64 x 64 KiB" -> "64x64KiB", "16 keys" -> "16"."""
+    """A cell's short name: 64 x 64 KiB gives 64x64KiB, 16 keys gives 16."""
     return name.replace(" keys", "").replace(" key", "").replace(" ", "")
 
 

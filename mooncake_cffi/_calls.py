@@ -15,7 +15,7 @@ from typing import Any
 from . import _binding
 from ._binding import ffi, lib
 from ._lifecycle import ClientHandle
-from ._marshal import KeyBatch, Packed, encode_key, refused, results_list
+from ._marshal import Packed, ReusedBatch, encode_key, refused, results_list
 from ._plans import gather_values, raise_key_errors, segment_note
 from ._stats import OP_CODES, OPS
 from .errors import InvalidArgumentError, MooncakeTimeoutError, error_for
@@ -71,18 +71,27 @@ class BlockingCalls(ClientHandle):
         replicate_config: Any = None,
         timeout: Any = DEFAULT,
     ) -> list[int]:
-        start = time.monotonic()
-        packed = Packed(
-            op,
-            keys,
-            buffers,
-            sizes,
-            flags=flags,
-            writable=writable,
-            replicate_config=replicate_config,
-        )
-        self._run_packed(packed, timeout, OPS[op])
-        results = packed.unpack()
+        start = time.monotonic() if self.retry is not None else 0.0
+        if (self.op_timeout if timeout is DEFAULT else timeout) is not None or self._orphans:
+            packed = Packed(
+                op,
+                keys,
+                buffers,
+                sizes,
+                flags=flags,
+                writable=writable,
+                replicate_config=replicate_config,
+            )
+            self._run_packed(packed, timeout, OPS[op])
+            results = packed.unpack()
+        else:
+            rb = self._reused()
+            keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
+            rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
+            del keep
+            if rc:
+                raise refused(rc, keys)
+            results = results_list(rb.results, len(keys))
         if self.retry is not None and results and min(results) < 0:
             results = self._retried(
                 op,
@@ -144,24 +153,29 @@ class BlockingCalls(ClientHandle):
     def _keys_call(self, op: int, keys: list[Any], flags: int, timeout: Any) -> tuple[Any, int]:
         """Run a batch of keys only; (its int64 results, n), valid until this thread's next call.
 
-        Without a deadline it goes through this thread's reusable struct (the shim is done
+        Without a deadline it goes through this thread's reused batch (the shim is done
         with it on return); with one, through a private batch the shim may keep.
         """
         n = len(keys)
-        if timeout is not DEFAULT or self.op_timeout is not None or self._orphans:
+        if (self.op_timeout if timeout is DEFAULT else timeout) is not None or self._orphans:
             packed = Packed(op, keys, flags=flags)
             self._run_packed(packed, timeout, OPS[op])
             return packed.results, n
-        try:
-            kb = self._tls.keys
-        except AttributeError:
-            kb = self._tls.keys = KeyBatch()
-        keep = kb.fill(op, keys, flags)
-        rc = lib.mcs_run(self._h(), ffi.NULL, kb.batch)
+        rb = self._reused()
+        keep = rb.fill(op, keys, flags)
+        rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
         del keep
         if rc:
             raise refused(rc, keys)
-        return kb.results, n
+        return rb.results, n
+
+    def _reused(self) -> ReusedBatch:
+        """This thread's reusable batch (see :class:`~._marshal.ReusedBatch`)."""
+        try:
+            return self._tls.batch
+        except AttributeError:
+            self._tls.batch = ReusedBatch()
+            return self._tls.batch
 
     def _drive(self, plan: Generator[Any, Any, Any], timeout: Any) -> Any:
         """Run a plan (see :mod:`._plans`) to its answer, one blocking batch per step."""

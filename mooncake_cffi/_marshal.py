@@ -19,8 +19,8 @@ from .errors import InvalidArgumentError, error_for
 from .status import MCS_E_INVALID_ARG
 
 __all__ = [
-    "KeyBatch",
     "Packed",
+    "ReusedBatch",
     "as_list",
     "encode_key",
     "exists_list",
@@ -85,6 +85,59 @@ def point_at_keys(b: Any, op: int, keys: list[Any], flags: int) -> Any:
     return cdata
 
 
+def _point_at_buffers(
+    b: Any,
+    op: int,
+    n: int,
+    buffers: Sequence[Any] | None,
+    sizes: Sequence[int] | None,
+    writable: bool,
+    replicate_config: Any,
+    arrays: tuple[Any, Any] | None = None,
+) -> list[Any]:
+    """Set a batch's buffers, sizes and ReplicateConfig (or clear them); returns what the
+    call borrows.  ``arrays`` are reusable (bufs, sizes) arrays of at least n entries;
+    without them fresh ones are made."""
+    if buffers is None:
+        if op in _BUFFER_OPS:
+            raise ValueError("this operation needs buffers")
+        b.bufs = ffi.NULL
+        b.sizes = ffi.NULL
+        b.replicate_config = ffi.NULL
+        return []
+    if op not in _BUFFER_OPS:
+        raise ValueError("this operation takes no buffers")
+    if len(buffers) != n:
+        raise InvalidArgumentError(
+            MCS_E_INVALID_ARG, f"{n} keys but {len(buffers)} buffers: they must pair up"
+        )
+    if n == 1:
+        cbufs = [_from_buffer(buffers[0], 0, writable)]
+        lens = [len(cbufs[0])]
+    else:
+        cbufs = [_from_buffer(x, i, writable) for i, x in enumerate(buffers)]
+        lens = [len(c) for c in cbufs]
+    if sizes is not None:
+        lens = _checked_sizes(sizes, lens)
+    if arrays is None:
+        barr = ffi.new("void *[]", cbufs)
+        csizes = ffi.new("uint64_t[]", lens)
+        keep = [buffers, cbufs, barr, csizes]
+    else:
+        barr, csizes = arrays
+        barr[0:n] = cbufs
+        csizes[0:n] = lens
+        keep = [buffers, cbufs]
+    b.bufs = barr
+    b.sizes = csizes
+    if replicate_config is not None and op in _PUT_OPS:
+        b.replicate_config = replicate_pointer(replicate_config)
+        keep.append(replicate_config)
+    else:
+        b.replicate_config = ffi.NULL
+    return keep
+
+
 class Packed:
     """A ``struct mcs_batch`` and everything it points to, kept alive together.
 
@@ -111,28 +164,8 @@ class Packed:
             raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
         b = ffi.new("struct mcs_batch *")
         b.struct_size = _BATCH_SIZE
-        keep: list[Any] = [point_at_keys(b, op, keys, flags)]
-        if buffers is not None:
-            if op not in _BUFFER_OPS:
-                raise ValueError("this operation takes no buffers")
-            if len(buffers) != n:
-                raise InvalidArgumentError(
-                    MCS_E_INVALID_ARG, f"{n} keys but {len(buffers)} buffers: they must pair up"
-                )
-            cbufs = [_from_buffer(x, i, writable) for i, x in enumerate(buffers)]
-            lens = [len(c) for c in cbufs]
-            if sizes is not None:
-                lens = _checked_sizes(sizes, lens)
-            barr = ffi.new("void *[]", cbufs)
-            csizes = ffi.new("uint64_t[]", lens)
-            b.bufs = barr
-            b.sizes = csizes
-            keep += [buffers, cbufs, barr, csizes]
-            if replicate_config is not None and op in _PUT_OPS:
-                b.replicate_config = replicate_pointer(replicate_config)
-                keep.append(replicate_config)
-        elif op in _BUFFER_OPS:
-            raise ValueError("this operation needs buffers")
+        keep = _point_at_buffers(b, op, n, buffers, sizes, writable, replicate_config)
+        keep.append(point_at_keys(b, op, keys, flags))
         self.results = ffi.new("int64_t[]", n)
         b.results = self.results
         if op == lib.MCS_OP_GET_BUFFER:
@@ -150,14 +183,16 @@ class Packed:
         return results_list(self.results, self.n)
 
 
-class KeyBatch:
-    """A reusable batch of keys only (exists, size, remove) for one thread's blocking calls.
+class ReusedBatch:
+    """One thread's reusable batch for its blocking calls without a deadline.
 
-    Only for calls without a deadline: the shim is done with the batch when ``mcs_run``
-    returns, so the struct and its results array can serve the next call.
+    The shim is done with a batch when such an ``mcs_run`` returns, so the struct and its
+    arrays (grown as needed, never shrunk) serve the thread's next call: a call allocates
+    no cdata but its packed keys and one view per buffer.  Not for GET_BUFFER (its values
+    outlive the call) nor for calls with a deadline (the shim may keep a timed-out batch).
     """
 
-    __slots__ = ("batch", "results", "cap")
+    __slots__ = ("batch", "results", "bufs", "sizes", "cap")
 
     def __init__(self, cap: int = 64) -> None:
         self.batch = ffi.new("struct mcs_batch *")
@@ -167,14 +202,32 @@ class KeyBatch:
     def _grow(self, cap: int) -> None:
         self.cap = cap
         self.results = ffi.new("int64_t[]", cap)
+        self.bufs = ffi.new("void *[]", cap)
+        self.sizes = ffi.new("uint64_t[]", cap)
         self.batch.results = self.results
 
-    def fill(self, op: int, keys: list[Any], flags: int) -> Any:
-        """Point the batch at ``keys``; returns what must stay alive during the call."""
+    def fill(
+        self,
+        op: int,
+        keys: list[Any],
+        flags: int,
+        buffers: Sequence[Any] | None = None,
+        sizes: Sequence[int] | None = None,
+        writable: bool = False,
+        replicate_config: Any = None,
+    ) -> list[Any]:
+        """Point the batch at ``keys`` (and buffers); returns what must stay alive during
+        the call.  The results are valid until the thread's next call."""
         n = len(keys)
+        if n == 0:
+            raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
         if n > self.cap:
             self._grow(max(n, 2 * self.cap))
-        return point_at_keys(self.batch, op, keys, flags)
+        keep = _point_at_buffers(
+            self.batch, op, n, buffers, sizes, writable, replicate_config, (self.bufs, self.sizes)
+        )
+        keep.append(point_at_keys(self.batch, op, keys, flags))
+        return keep
 
 
 #: From this many keys on, results are converted through numpy (C speed per key).

@@ -249,9 +249,12 @@ class Client(AsyncCore):
                 return ffi.unpack(data, r)
             if r == OBJECT_NOT_FOUND:
                 return None
-            if r != INVALID_PARAMS:  # anything but "buffer too small"
+            # Larger than the scratch buffer, or an error the retry policy may retry.
+            if r != INVALID_PARAMS and not (self.retry is not None and is_retryable(r)):
                 raise error_for(r, f"key {key!r}: {describe(r)}")
-        return self.batch_get([key], timeout=timeout)[0]
+        elif self._l1_cdata is not None:
+            return self.staging.get([key], timeout=self._staging_timeout(timeout))[0]
+        return self._drive(batch_get_plan([key]), timeout)[0]
 
     def exists(self, key: str | bytes, *, timeout: Any = DEFAULT) -> bool:
         """True if ``key`` exists (this also renews its read lease)."""
@@ -329,9 +332,12 @@ class Client(AsyncCore):
         a larger one meanwhile is still read whole.  With L1 registered, values
         are read through the L1 staging area (:attr:`staging`).
         """
+        keys = as_list(keys)
         if self._l1_cdata is not None:
-            return self.staging.get(as_list(keys), timeout=self._staging_timeout(timeout))
-        return self._drive(batch_get_plan(as_list(keys)), timeout)
+            return self.staging.get(keys, timeout=self._staging_timeout(timeout))
+        if len(keys) == 1:  # one round trip through the scratch buffer, as get() does
+            return [self.get(keys[0], timeout=timeout)]
+        return self._drive(batch_get_plan(keys), timeout)
 
     def batch_size(
         self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT
