@@ -144,7 +144,7 @@ class BlockingCalls(ClientHandle):
 
     def _keys_list(self, op: int, keys: list[Any], flags: int, timeout: Any) -> list[int]:
         """A batch of keys only, as a list of results, retried per the client's policy."""
-        start = time.monotonic()
+        start = time.monotonic() if self.retry is not None else 0.0
         results = results_list(*self._keys_call(op, keys, flags, timeout))
         if self.retry is not None and results and min(results) < 0:
             results = self._retried(op, keys, results, start, timeout, flags=flags)
@@ -161,9 +161,12 @@ class BlockingCalls(ClientHandle):
             packed = Packed(op, keys, flags=flags)
             self._run_packed(packed, timeout, OPS[op])
             return packed.results, n
-        rb = self._reused()
+        try:  # (inlined: this is the lookup hot path)
+            rb = self._tls.batch
+        except AttributeError:
+            rb = self._reused()
         keep = rb.fill(op, keys, flags)
-        rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
+        rc = lib.mcs_run(self._handle or self._h(), ffi.NULL, rb.batch)
         del keep
         if rc:
             raise refused(rc, keys)

@@ -389,8 +389,9 @@ class Client(AsyncCore):
 
     def batch_exists(self, keys: Sequence[str | bytes], *, timeout: Any = DEFAULT) -> list[bool]:
         """Whether each key exists, looked up as one batch."""
-        keys = as_list(keys)
-        start = time.monotonic()
+        if type(keys) is not list:
+            keys = as_list(keys)
+        start = time.monotonic() if self.retry is not None else 0.0
         res, n = self._keys_call(_EXISTS, keys, 0, timeout)
         found = exists_list(res, n)
         if found is None:  # some key failed: retry per the policy, else raise its error
