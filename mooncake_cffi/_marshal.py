@@ -193,12 +193,12 @@ class ReusedBatch:
     outlive the call) nor for calls with a deadline (the shim may keep a timed-out batch).
     """
 
-    __slots__ = ("batch", "results", "bufs", "sizes", "cap", "_with_buffers")
+    __slots__ = ("batch", "results", "bufs", "sizes", "cap", "with_buffers")
 
     def __init__(self, cap: int = 64) -> None:
         self.batch = ffi.new("struct mcs_batch *")
         self.batch.struct_size = _BATCH_SIZE
-        self._with_buffers = False  # whether bufs / sizes / replicate_config may be set
+        self.with_buffers = False  # whether bufs / sizes / replicate_config may be set
         self._grow(cap)
 
     def _grow(self, cap: int) -> None:
@@ -225,20 +225,10 @@ class ReusedBatch:
             if n == 0:
                 raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
             self._grow(max(n, 2 * self.cap))
-        if buffers is None and not self._with_buffers and op not in _BUFFER_OPS:
-            # Keys only, as last time (point_at_keys inlined: the lookup hot path).
-            cdata = ffi.from_buffer(pack_keys(keys))
-            b = self.batch
-            b.op = op
-            b.flags = flags
-            b.n = n
-            b.key_data = cdata
-            b.key_bytes = len(cdata) + 1
-            return cdata
         keep = _point_at_buffers(
             self.batch, op, n, buffers, sizes, writable, replicate_config, (self.bufs, self.sizes)
         )
-        self._with_buffers = buffers is not None
+        self.with_buffers = buffers is not None
         keep.append(point_at_keys(self.batch, op, keys, flags))
         return keep
 
@@ -260,9 +250,13 @@ def exists_list(results: Any, n: int) -> list[bool] | None:
     loop.  Measured right after a lookup of 256 keys: ~11 us that way, 17 us per key in
     Python, 24 us through numpy.
     """
-    raw = ffi.buffer(results, 8 * n)[:]
-    if _ones(n).startswith(raw):
+    buf = ffi.buffer(results, 8 * n)
+    ones = _ONES[0]
+    if len(ones) < 8 * n:
+        ones = _grow_ones(n)
+    if ones.startswith(buf):
         return [True] * n
+    raw = buf[:]
     if raw.count(0) == len(raw):
         return [False] * n
     if _LITTLE_ENDIAN and not raw.translate(None, b"\0\1"):
@@ -277,11 +271,9 @@ _ONE = (1).to_bytes(8, sys.byteorder)
 _ONES = [_ONE * 1024]
 
 
-def _ones(n: int) -> bytes:
-    """At least n int64 ones, as the shim writes them (cached; grown on demand)."""
-    ones = _ONES[0]
-    if len(ones) < 8 * n:
-        ones = _ONES[0] = _ONE * max(n, 2 * len(ones) // 8)
+def _grow_ones(n: int) -> bytes:
+    """The cached run of int64 ones (as the shim writes them), grown to at least n."""
+    ones = _ONES[0] = _ONE * max(n, len(_ONES[0]) // 4)
     return ones
 
 

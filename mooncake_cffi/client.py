@@ -404,7 +404,7 @@ class Client(AsyncCore):
         self, keys: Sequence[str | bytes], force: bool = False, *, timeout: Any = DEFAULT
     ) -> list[int]:
         """Remove keys as one batch; per-key status: 0 removed, -704 absent, -706 leased, ..."""
-        return self._run(_REMOVE, as_list(keys), flags=_FLAG_FORCE if force else 0, timeout=timeout)
+        return self._keys_list(_REMOVE, as_list(keys), _FLAG_FORCE if force else 0, timeout)
 
     # ----------------------------------------------------------- zero-copy
 
