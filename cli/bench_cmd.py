@@ -127,15 +127,18 @@ class Runner:
         self.written: set[bytes] = set()
         self._lock = threading.Lock()
         self._next = 0
+        self._total = len(keys)
         self.done = 0
 
     def _take(self) -> list[bytes] | None:
+        """The next batch: up to ``batch`` keys, never across the end of one pass."""
         with self._lock:
-            if self.stop.is_set() or self._next >= len(self.keys):
+            if self.stop.is_set() or self._next >= self._total:
                 return None
-            start = self._next
-            self._next += self.batch
-        return self.keys[start : start + self.batch]
+            start = self._next % len(self.keys)
+            end = min(start + self.batch, len(self.keys))
+            self._next += end - start
+        return self.keys[start:end]
 
     def _call(self, op: str, scratch: list[memoryview]) -> Callable[[list[bytes]], list[bool]]:
         client, value, size = self.client, self.value, self.size
@@ -155,13 +158,15 @@ class Runner:
 
         return {"put": put, "get": get, "exists": exists}[op]
 
-    def run(self, op: str, progress: Progress, warm_calls: int = 0) -> OpResult:
-        """Time ``op`` over every key.  Before the clock starts each worker makes
-        ``warm_calls`` untimed calls on the first batch (reads only: a put would store)."""
+    def run(self, op: str, progress: Progress, warm_calls: int = 0, passes: int = 1) -> OpResult:
+        """Time ``op`` over every key, ``passes`` times (reads only: a put stores each key
+        once).  Before the clock starts each worker makes ``warm_calls`` untimed calls on
+        the first batch (reads only too)."""
         result = OpResult(op)
         if op == "put":
-            warm_calls = 0
+            warm_calls, passes = 0, 1
         self._next = 0
+        self._total = len(self.keys) * passes
         self.done = 0
         errors: list[BaseException] = []
         # The clock starts once every worker has its buffers ready, and stops when the last
@@ -344,6 +349,15 @@ def _cleanup(client: Any, keys: Sequence[bytes]) -> tuple[int, str | None]:
     help="Key prefix (default mcl2-bench/HOST-PID-RANDOM/); must hold no keys.",
 )
 @click.option(
+    "-r",
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="R",
+    help="Read every key R times in each get / exists pass (puts write each key once).",
+)
+@click.option(
     "--warmup/--no-warmup",
     default=True,
     show_default=True,
@@ -359,6 +373,7 @@ def bench(
     batch: int,
     concurrency: int,
     prefix: str | None,
+    repeat: int,
     warmup: bool,
 ) -> None:
     """Measure put / get / exists against the cluster, like redis-benchmark.
@@ -367,14 +382,19 @@ def bench(
     mcl2 bench                                   1000 x 4 KiB, batch 1
     mcl2 bench --keys 10000 --batch 16 -c 4      16 keys per call, 4 in flight
     mcl2 bench --ops put,get --size 64KiB -n 64 --batch 64
+    mcl2 bench --ops exists -n 256 -b 256 -r 100 the same 256 keys, 100 calls
 
-    Per operation it prints ops/s (keys per second), MiB/s and the p50 / p99
-    / max latency of one call of B keys. Keys are always put first (timed
-    only when --ops names put); `get` reads every key back and counts a value
-    of the wrong size as failed. Every key written is removed at the end, also
-    after Ctrl-C; it refuses to run if keys already exist under the prefix.
-    The timed calls run without --timeout's deadline, which would add a thread
-    hand-off to every call measured (Ctrl-C still stops the run).
+    Per operation it prints ops/s (keys per second over the pass), MiB/s and
+    the p50 / p99 / max latency of one call of B keys. Keys are always put
+    first (timed only when --ops names put); `get` reads every key back and
+    counts a value of the wrong size as failed; --repeat reads them R times.
+    First, unless --no-warmup, it puts and removes as many throw-away keys
+    (at most 256 MiB), so the storage nodes' memory pages are touched before
+    the timed puts, and each thread makes two untimed calls before a read
+    pass. Every key written is removed at the end, also after Ctrl-C; it
+    refuses to run if keys already exist under the prefix. The timed calls
+    run without --timeout's deadline, which would add a thread hand-off to
+    every call measured (Ctrl-C still stops the run).
     """
     op_list = _parse_ops(ops)
     if prefix is None:
@@ -402,25 +422,29 @@ def bench(
         if warm_keys:
             warm_report = _warm_up(client, warm_runner, show)
         for op in plan:
-            with Progress(show, n_keys, f"{op:<6}") as progress:
-                result = runner.run(op, progress, WARMUP_CALLS if warmup else 0)
+            passes = 1 if op == "put" else repeat
+            with Progress(show, n_keys * passes, f"{op:<6}") as progress:
+                result = runner.run(op, progress, WARMUP_CALLS if warmup else 0, passes)
             if op in op_list:
                 results.append(result)
     except KeyboardInterrupt as exc:
         interrupted = exc
     finally:
         with held_signals():
-            written = runner.written | warm_runner.written
-            left, cleanup_error = _cleanup(client, sorted(written))
+            left, cleanup_error = _cleanup(client, sorted(runner.written))
+            # Normally gone already; an interrupted warm-up may have left some.
+            warm_left, warm_error = _cleanup(client, sorted(warm_runner.written))
+            left, cleanup_error = left + warm_left, cleanup_error or warm_error
     report = {
         "prefix": prefix,
         "keys": n_keys,
         "size": size,
         "batch": batch,
         "concurrency": concurrency,
+        "repeat": repeat,
         "warmup": warm_report,
         "results": [r.as_dict() for r in results],
-        "removed": len(written) - left,
+        "removed": len(runner.written) - (left - warm_left),
         "left_behind": left,
     }
     if left:

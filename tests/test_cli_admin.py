@@ -355,10 +355,35 @@ def test_bench_reports_every_op_and_removes_its_keys(run, prefix: str) -> None:
     assert run("ls", prefix).stdout == ""
 
 
+def test_bench_repeat_reads_every_key_r_times_after_a_warm_up(run, prefix: str) -> None:
+    result = run(
+        "bench", "--ops", "put,get,exists", "-n", "32", "-b", "8", "-r", "3", "--size", "512",
+        "--prefix", prefix, "--json",
+    )  # fmt: skip
+    assert result.exit_code == EXIT_OK, result.output
+    report = json.loads(result.stdout)
+    assert report["repeat"] == 3
+    assert {r["op"]: r["keys"] for r in report["results"]} == {"put": 32, "get": 96, "exists": 96}
+    assert report["warmup"] == {
+        "keys": 32, "bytes": 32 * 512, "failed": 0, "left_behind": 0,
+        "seconds": report["warmup"]["seconds"],
+    }  # fmt: skip
+    assert report["removed"] == 32 and report["left_behind"] == 0
+    assert run("ls", prefix).stdout == ""  # the warm-up keys are gone too
+
+
+def test_bench_no_warmup_writes_only_the_timed_keys(run, prefix: str) -> None:
+    result = run("bench", "--no-warmup", "-n", "10", "--prefix", prefix, "--json")
+    assert result.exit_code == EXIT_OK, result.output
+    report = json.loads(result.stdout)
+    assert report["warmup"] is None and report["removed"] == 10
+
+
 def test_bench_table_has_one_row_per_chosen_op(run, prefix: str) -> None:
     result = run("bench", "--ops", "get", "-n", "20", "--prefix", prefix)
     assert result.exit_code == EXIT_OK, result.output
-    rows = [line.split()[0] for line in result.stdout.splitlines()[1:-1]]
+    assert result.stdout.splitlines()[1].startswith("warm-up: put and removed 20 keys")
+    rows = [line.split()[0] for line in result.stdout.splitlines()[2:-1]]
     assert rows == ["op", "get"]
     assert result.stdout.splitlines()[-1] == "removed 20 keys"
 
