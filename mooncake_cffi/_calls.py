@@ -9,7 +9,7 @@ the shim alive until its batch completes, and raises the error for what did not 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from . import _binding
@@ -72,7 +72,12 @@ class BlockingCalls(ClientHandle):
         timeout: Any = DEFAULT,
     ) -> list[int]:
         start = time.monotonic() if self.retry is not None else 0.0
-        if (self.op_timeout if timeout is DEFAULT else timeout) is not None or self._orphans:
+        rb = self._reused()
+        if (
+            (self.op_timeout if timeout is DEFAULT else timeout) is not None
+            or self._orphans
+            or rb.busy  # a finalizer or signal handler calling in mid-call
+        ):
             packed = Packed(
                 op,
                 keys,
@@ -85,13 +90,16 @@ class BlockingCalls(ClientHandle):
             self._run_packed(packed, timeout, OPS[op])
             results = packed.unpack()
         else:
-            rb = self._reused()
-            keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
-            rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
-            del keep
-            if rc:
-                raise refused(rc, keys)
-            results = results_list(rb.results, len(keys))
+            rb.busy = True
+            try:
+                keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
+                rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
+                del keep
+                if rc:
+                    raise refused(rc, keys)
+                results = results_list(rb.results, len(keys))
+            finally:
+                rb.busy = False
         if self.retry is not None and results and min(results) < 0:
             results = self._retried(
                 op,
@@ -145,47 +153,66 @@ class BlockingCalls(ClientHandle):
     def _keys_list(self, op: int, keys: list[Any], flags: int, timeout: Any) -> list[int]:
         """A batch of keys only, as a list of results, retried per the client's policy."""
         start = time.monotonic() if self.retry is not None else 0.0
-        results = results_list(*self._keys_call(op, keys, flags, timeout))
+        results = self._keys_call(op, keys, flags, timeout)[0]
         if self.retry is not None and results and min(results) < 0:
             results = self._retried(op, keys, results, start, timeout, flags=flags)
         return results
 
-    def _keys_call(self, op: int, keys: list[Any], flags: int, timeout: Any) -> tuple[Any, int]:
-        """Run a batch of keys only; (its int64 results, n), valid until this thread's next call.
+    def _keys_call(
+        self,
+        op: int,
+        keys: list[Any],
+        flags: int,
+        timeout: Any,
+        convert: Callable[[Any, int], Any] = results_list,
+    ) -> tuple[Any, list[int] | None]:
+        """Run a batch of keys only: ``(convert(results, n), None)``, or when ``convert``
+        gives None (exists_list does when a key failed), ``(None, results as ints)``.
 
         Without a deadline it goes through this thread's reused batch (the shim is done
-        with it on return); with one, through a private batch the shim may keep.
+        with it on return); with one, or while the reused batch is in use (a finalizer
+        or signal handler calling in mid-call), through a private batch.
         """
         n = len(keys)
-        if (self.op_timeout if timeout is DEFAULT else timeout) is not None or self._orphans:
-            packed = Packed(op, keys, flags=flags)
-            self._run_packed(packed, timeout, OPS[op])
-            return packed.results, n
-        # The lookup hot path, flat on purpose: every Python call level costs about a
-        # microsecond here, when the caches are cold after a Mooncake round trip.
         try:
             rb = self._tls.batch
         except AttributeError:
             rb = self._reused()
-        if n > rb.cap or n == 0 or rb.with_buffers:
-            keep = rb.fill(op, keys, flags)  # grows, refuses empty, clears buffers
-        else:
-            try:
-                packed = "\0".join(keys).encode()  # str keys: pack_keys' first step
-            except (TypeError, UnicodeEncodeError):
-                packed = pack_keys(keys)
-            keep = ffi.from_buffer(packed)
-            b = rb.batch
-            b.op = op
-            b.flags = flags
-            b.n = n
-            b.key_data = keep
-            b.key_bytes = len(packed) + 1  # with the NUL every bytes object ends with
-        rc = lib.mcs_run(self._handle or self._h(), ffi.NULL, rb.batch)
-        del keep
-        if rc:
-            raise refused(rc, keys)
-        return rb.results, n
+        if (
+            (self.op_timeout if timeout is DEFAULT else timeout) is not None
+            or self._orphans
+            or rb.busy
+        ):
+            packed = Packed(op, keys, flags=flags)
+            self._run_packed(packed, timeout, OPS[op])
+            answer = convert(packed.results, n)
+            return answer, (None if answer is not None else packed.unpack())
+        # The lookup hot path, flat on purpose: every Python call level costs about a
+        # microsecond here, when the caches are cold after a Mooncake round trip.
+        rb.busy = True
+        try:
+            if n > rb.cap or n == 0 or rb.with_buffers:
+                keep = rb.fill(op, keys, flags)  # grows, refuses empty, clears buffers
+            else:
+                try:
+                    packed_keys = "\0".join(keys).encode()  # str keys: pack_keys' first step
+                except (TypeError, UnicodeEncodeError):
+                    packed_keys = pack_keys(keys)
+                keep = ffi.from_buffer(packed_keys)
+                b = rb.batch
+                b.op = op
+                b.flags = flags
+                b.n = n
+                b.key_data = keep
+                b.key_bytes = len(packed_keys) + 1  # with the NUL every bytes object ends with
+            rc = lib.mcs_run(self._handle or self._h(), ffi.NULL, rb.batch)
+            del keep
+            if rc:
+                raise refused(rc, keys)
+            answer = convert(rb.results, n)
+            return answer, (None if answer is not None else results_list(rb.results, n))
+        finally:
+            rb.busy = False
 
     def _reused(self) -> ReusedBatch:
         """This thread's reusable batch (see :class:`~._marshal.ReusedBatch`)."""
@@ -220,7 +247,7 @@ class BlockingCalls(ClientHandle):
             self._reap()
         tls = self._tls
         try:
-            b, offsets, res, bufs, sizes = tls.single
+            b, offsets, res, bufs, sizes, busy = tls.single
         except AttributeError:
             b = ffi.new("struct mcs_batch *")
             b.struct_size = ffi.sizeof("struct mcs_batch")
@@ -231,46 +258,51 @@ class BlockingCalls(ClientHandle):
             sizes = ffi.new("uint64_t[1]")
             b.key_offsets = offsets
             b.results = res
-            tls.single = (b, offsets, res, bufs, sizes)
+            busy = [False]
+            tls.single = (b, offsets, res, bufs, sizes, busy)
         kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
         if not kb or b"\0" in kb:
             raise InvalidArgumentError(
                 MCS_E_INVALID_ARG, "key #0 is empty" if not kb else "key #0 contains a NUL byte"
             )
-        ms = self._deadline_ms(timeout)
-        if ms:  # the shim may keep using this batch after a timeout: use a private one
+        # With a deadline the shim may keep the batch after a timeout; busy, a finalizer or
+        # signal handler is calling in mid-call: either way, a private batch.
+        if self._deadline_ms(timeout) or busy[0]:
             return self._single_run([key], op, buf, flags=flags, timeout=timeout)
-        b.op = op
-        b.flags = flags
-        b.timeout_ms = 0
-        ckey = ffi.from_buffer(kb)
-        b.key_data = ckey
-        b.key_bytes = offsets[1] = len(kb)
-        if buf is None:
-            b.bufs = ffi.NULL
-            b.sizes = ffi.NULL
-        else:
-            bufs[0] = buf
-            sizes[0] = len(buf)
-            b.bufs = bufs
-            b.sizes = sizes
-        rc = lib.mcs_run(self._h(), ffi.NULL, b)
-        if rc < 0:
-            raise error_for(rc, _binding.last_error())
-        return res[0]
+        busy[0] = True
+        try:
+            b.op = op
+            b.flags = flags
+            b.timeout_ms = 0
+            ckey = ffi.from_buffer(kb)
+            b.key_data = ckey
+            b.key_bytes = offsets[1] = len(kb)
+            if buf is None:
+                b.bufs = ffi.NULL
+                b.sizes = ffi.NULL
+            else:
+                bufs[0] = buf
+                sizes[0] = len(buf)
+                b.bufs = bufs
+                b.sizes = sizes
+            rc = lib.mcs_run(self._h(), ffi.NULL, b)
+            if rc < 0:
+                raise error_for(rc, _binding.last_error())
+            return res[0]
+        finally:
+            busy[0] = False
 
     def _single_run(self, keys: list[Any], op: int, buf: Any, *, flags: int, timeout: Any) -> int:
         packed = Packed(op, keys, None if buf is None else [buf], flags=flags, writable=op == _GET)
         self._run_packed(packed, timeout, OPS[op])
         return packed.results[0]
 
-    def _scratch(self) -> tuple[Any, Any]:
-        """This thread's reusable read buffer (cdata, its length)."""
+    def _scratch(self) -> tuple[Any, list[bool]]:
+        """This thread's reusable read buffer (cdata of _SCRATCH_BYTES) and its in-use flag."""
         try:
             return self._tls.scratch
         except AttributeError:
-            data = ffi.new("char[]", _SCRATCH_BYTES)
-            self._tls.scratch = (data, _SCRATCH_BYTES)
+            self._tls.scratch = (ffi.new("char[]", _SCRATCH_BYTES), [False])
             return self._tls.scratch
 
     def _key_errors(self, keys: Sequence[Any], results: Sequence[int], allow=(), sizes=None):

@@ -193,12 +193,13 @@ class ReusedBatch:
     outlive the call) nor for calls with a deadline (the shim may keep a timed-out batch).
     """
 
-    __slots__ = ("batch", "results", "bufs", "sizes", "cap", "with_buffers")
+    __slots__ = ("batch", "results", "bufs", "sizes", "cap", "with_buffers", "busy")
 
     def __init__(self, cap: int = 64) -> None:
         self.batch = ffi.new("struct mcs_batch *")
         self.batch.struct_size = _BATCH_SIZE
         self.with_buffers = False  # whether bufs / sizes / replicate_config may be set
+        self.busy = False  # between filling and reading back (re-entry takes a Packed)
         self._grow(cap)
 
     def _grow(self, cap: int) -> None:

@@ -21,7 +21,6 @@ from ._marshal import (
     as_list,
     exists_list,
     nbytes,
-    results_list,
 )
 from ._plans import batch_get_plan
 from .errors import L1Error, check, error_for
@@ -243,15 +242,20 @@ class Client(AsyncCore):
         read straight into the returned object (one copy).
         """
         if self._l1_cdata is None and not self._deadline_ms(timeout):
-            data, cap = self._scratch()
-            r = self._single(_GET, key, timeout, 0, data)
-            if r >= 0:
-                return ffi.unpack(data, r)
-            if r == OBJECT_NOT_FOUND:
-                return None
-            # Larger than the scratch buffer, or an error the retry policy may retry.
-            if r != INVALID_PARAMS and not (self.retry is not None and is_retryable(r)):
-                raise error_for(r, f"key {key!r}: {describe(r)}")
+            data, busy = self._scratch()
+            if not busy[0]:  # (busy: a finalizer or signal handler called in mid-get)
+                busy[0] = True
+                try:
+                    r = self._single(_GET, key, timeout, 0, data)
+                    if r >= 0:
+                        return ffi.unpack(data, r)
+                finally:
+                    busy[0] = False
+                if r == OBJECT_NOT_FOUND:
+                    return None
+                # Larger than the scratch buffer, or an error the retry policy may retry.
+                if r != INVALID_PARAMS and not (self.retry is not None and is_retryable(r)):
+                    raise error_for(r, f"key {key!r}: {describe(r)}")
         elif self._l1_cdata is not None:
             return self.staging.get([key], timeout=self._staging_timeout(timeout))[0]
         return self._drive(batch_get_plan([key]), timeout)[0]
@@ -367,15 +371,14 @@ class Client(AsyncCore):
         for window in (keys[:first], keys[first:]):
             if not window:
                 break
-            res, m = self._keys_call(_EXISTS, window, 0, timeout)
-            found = exists_list(res, m)
+            found, codes = self._keys_call(_EXISTS, window, 0, timeout, exists_list)
             if found is None:  # some key failed: raise its error
-                self._key_errors(window, results_list(res, m))
+                self._key_errors(window, codes)
                 raise AssertionError("unreachable")  # pragma: no cover
             if False in found:
                 self._prefix_all_hit = False
                 return done + found.index(False)
-            done += m
+            done += len(window)
         self._prefix_all_hit = n > 0
         return done
 
@@ -392,10 +395,9 @@ class Client(AsyncCore):
         if type(keys) is not list:
             keys = as_list(keys)
         start = time.monotonic() if self.retry is not None else 0.0
-        res, n = self._keys_call(_EXISTS, keys, 0, timeout)
-        found = exists_list(res, n)
+        found, codes = self._keys_call(_EXISTS, keys, 0, timeout, exists_list)
         if found is None:  # some key failed: retry per the policy, else raise its error
-            results = self._retried(_EXISTS, keys, results_list(res, n), start, timeout)
+            results = self._retried(_EXISTS, keys, codes, start, timeout)
             self._key_errors(keys, results)
             found = list(map(bool, results))
         return found
