@@ -1,0 +1,113 @@
+"""Bringing a local cluster's processes up: the start order, and waiting until each answers.
+
+:func:`start_all` is one attempt of :meth:`~.local.LocalCluster.start`: etcd, then the metadata
+server, the masters and the storage nodes, each group waited for before the next is spawned.
+``c`` is the
+:class:`~.local.LocalCluster`.
+
+A process that exits while it is waited for raises :class:`EarlyExit` (``start()`` tries again
+with fresh ports, since a port picked a moment ago may have been taken meanwhile); a wait that
+runs out of time raises :class:`~._common.ClusterError`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import _argv, loopback
+from ._common import ClusterError, http_get, tail
+
+POLL_INTERVAL = 0.1
+
+
+class EarlyExit(ClusterError):
+    """A process we started exited before it answered."""
+
+
+def start_all(c: Any, deadline: float) -> None:
+    """Spawn every process of ``c`` on fresh ports; return once a master serves and every
+    segment is mounted (EarlyExit or ClusterError otherwise; the caller stops what started)."""
+    c.procs = {}
+    c._token = secrets.token_hex(16)
+    if c.ha and c.cluster_id is None:
+        c.cluster_id = f"mcs-local-{secrets.token_hex(4)}"
+    lib = loopback.library()
+    c.loopback_confined = lib is not None
+    if lib is None:
+        warnings.warn(loopback.MISSING, RuntimeWarning, stacklevel=4)
+    c._assign_ports()
+    roles = ["etcd", "metadata", *c.master_roles, *c.storage_roles]
+    if c.placement is not None:
+        c.addresses = {role: c.placement(role)[0] for role in roles}
+    c.started_at = time.time()
+    if "etcd_client" in (c.ports or {}):
+        c._spawn("etcd", *_argv.etcd(c))
+        wait(c, "etcd", lambda: etcd_ready(c), deadline)
+    if c.metadata == "http":
+        c._spawn("metadata", *_argv.metadata(c))
+        wait(c, "the metadata server", lambda: metadata_ready(c), deadline)
+    for index, role in enumerate(c.master_roles):
+        c._spawn(role, *_argv.master(c, index), confine=True)
+    wait(c, "a serving master", lambda: c.leader() is not None, deadline)
+    cluster_env = {"MC_STORE_CLUSTER_ID": c.cluster_id} if c.ha and c.cluster_id else {}
+    for index, role in enumerate(c.storage_roles):
+        c._spawn(role, *_argv.storage(c, index), confine=True, env=cluster_env)
+    wait(
+        c,
+        f"{c.storage_nodes} mounted segment(s)",
+        lambda: len(c.segments()) >= c.storage_nodes,
+        deadline,
+    )
+    for role in c.procs:
+        if not c.alive(role):
+            raise EarlyExit(exit_reason(c, role))
+
+
+def etcd_ready(c: Any) -> bool:
+    code, body = http_get(f"http://{c.etcd_endpoint}/health", timeout=1.0)
+    return code == 200 and '"true"' in body
+
+
+def metadata_ready(c: Any) -> bool:
+    code, _ = http_get(f"{c.metadata_server}?key=mcs-probe", timeout=1.0)
+    return code in (200, 404)
+
+
+def exit_reason(c: Any, role: str) -> str:
+    code = c.procs[role].exit_code() if role in c.procs else None
+    status = f" with status {code}" if code is not None else ""
+    return f"{role} ({Path(c.procs[role].argv[0]).name}) exited during startup{status}"
+
+
+def wait(c: Any, what: str, ready: Callable[[], bool], deadline: float) -> None:
+    """Poll ``ready`` until it is true; EarlyExit if a process exits meanwhile, ClusterError
+    at ``deadline``."""
+    while True:
+        for role in c.procs:
+            if not c.alive(role):
+                raise EarlyExit(exit_reason(c, role))
+        try:
+            if ready():
+                return
+        except (OSError, ClusterError):
+            pass
+        if time.monotonic() >= deadline:
+            hint = ""
+            for role in c.storage_roles:
+                if role in c.procs and "segment size is 0" in tail(c.log_path(role), 200):
+                    hint = f" ({role} read its segment size as 0)"
+            raise ClusterError(f"timed out waiting for {what}{hint}")
+        time.sleep(POLL_INTERVAL)
+
+
+def failure(c: Any, reason: str) -> ClusterError:
+    """ClusterError with ``reason`` and the last lines of every process's log."""
+    logs = "".join(
+        f"\n--- last lines of {proc.log} ---\n{tail(Path(proc.log))}" for proc in c.procs.values()
+    )
+    return ClusterError(reason + logs)
