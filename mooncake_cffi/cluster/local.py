@@ -8,7 +8,7 @@ It starts, from the installed Mooncake wheel's ELF binaries (never its Python wr
 * ``N`` storage nodes (``mooncake_client``), each contributing its own segment size;
 
 waits until a master leads and every segment is mounted, and records what it started in a
-private ``state.json`` so that another process can query or stop it (:meth:`load`).
+private ``state.json`` so that another process can query, restart or stop it (:meth:`load`).
 See :mod:`._startup` for the start order and the waiting, :mod:`._procs` for how a recorded
 process is recognised before it is signalled, and :mod:`._statedir` for how the state
 directory is kept safe.
@@ -60,7 +60,8 @@ class LocalCluster:
     ``metadata``, ``master``, ``master1``, ``storage``...) it returns the host's address and
     the argv prefix that runs a command there (see :meth:`mooncake_cffi.topology.Topology.
     placement`); ``client_host`` is then the address clients of this process register.
-    Use :meth:`start` / :meth:`stop`, or the instance as a context manager.
+    Use :meth:`start` / :meth:`stop`, or the instance as a context manager; :meth:`kill`
+    crashes one process and :meth:`restart` starts it again on its ports (fault tests).
     """
 
     def __init__(
@@ -237,6 +238,24 @@ class LocalCluster:
         if proc.popen is not None:
             proc.popen.wait(timeout=10)
 
+    def restart(self, role: str, timeout: float = 60.0) -> None:
+        """Start the process of ``role`` again after it crashed or was :meth:`kill`-ed.
+
+        ``role`` is a key of :attr:`pids`: ``etcd``, ``metadata``, ``master``, ``master1``...,
+        ``storage``, ``storage1``...  It runs with the command line and environment it had,
+        so on the same ports; its log file starts afresh and ``state.json`` records the new
+        PID.  Returns once it answers as :meth:`start` waits for it: etcd or the metadata
+        server answer HTTP (the metadata server comes back empty); a master answers
+        ``/health``, a master serves and the running storage nodes' segments are mounted
+        again; a storage node has mounted its new segment (memory empty: keys it held are
+        gone, and the master may list its old segment until ``client_ttl`` has passed).
+
+        Raises ClusterError for a role this cluster does not have, for one that is still
+        running (no second copy is started), and, after stopping it again, if it does not
+        answer within ``timeout`` seconds.
+        """
+        _startup.restart(self, role, time.monotonic() + timeout)
+
     def leader(self) -> int | None:
         """Index of the master that leads and serves (0 without HA when healthy), or None."""
         if self.ports is None:
@@ -394,7 +413,11 @@ class LocalCluster:
             env={**confined, **(env or {})},
             prefix=self._prefix(role),
         )
-        self.procs[role] = proc
+        self._launch(proc)
+
+    def _launch(self, proc: Proc) -> None:
+        """Spawn ``proc`` as the cluster's process of its role and record it in state.json."""
+        self.procs[proc.role] = proc
         proc.spawn(self.state_dir, self._token)
         self._write_state()
 
