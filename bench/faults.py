@@ -38,7 +38,7 @@ from typing import Any
 import _common  # noqa: F401 - first: measure the installed package, not the source tree
 from _common import MiB, machine_info, parser, table, write_json
 
-from mooncake_cffi.cluster import LocalCluster, _argv
+from mooncake_cffi.cluster import LocalCluster
 from mooncake_cffi.topology import Topology, TopologyUnavailable
 
 FAULTS = ["cut-master", "cut-storage", "loss", "rate", "kill-storage", "kill-master"]
@@ -239,15 +239,6 @@ class Probe:
 # ------------------------------------------------------------------ faults
 
 
-def _restart(cluster: LocalCluster, role: str) -> None:
-    """Start ``role`` again on its ports (LocalCluster has no public restart)."""
-    if role.startswith("storage"):
-        argv, marker = _argv.storage(cluster, cluster.storage_roles.index(role))
-    else:
-        argv, marker = _argv.master(cluster, cluster.master_roles.index(role))
-    cluster._spawn(role, argv, marker, confine=True)
-
-
 def apply(fault: str, t: Topology, cluster: LocalCluster) -> None:
     if fault == "cut-master":
         t.cut("c0", "m0")
@@ -270,19 +261,10 @@ def undo(fault: str, t: Topology, cluster: LocalCluster) -> None:
     role = {"kill-storage": "storage", "kill-master": "master"}.get(fault)
     if role is None:
         return
-    _restart(cluster, role)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if cluster.alive(role) and len(cluster.segments()) >= 1:
-                # The master keeps a dead node's segment for CLIENT_TTL s: wait until only
-                # the restarted node's is left.
-                time.sleep(CLIENT_TTL + 2.0)
-                return
-        except Exception:  # noqa: BLE001 - the master is still starting
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{role} did not come back after the restart")
+    cluster.restart(role, timeout=30)
+    # The master keeps a dead node's segment for CLIENT_TTL s: wait until only the restarted
+    # node's is left.
+    time.sleep(CLIENT_TTL + 2.0)
 
 
 def run_fault(

@@ -15,12 +15,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mooncake_cffi import Client, MooncakeError
-from mooncake_cffi.cluster import LocalCluster, _argv
+from mooncake_cffi.cluster import ClusterError, LocalCluster
 
 #: The client's deadline for every call (seconds); an answer may take this + SLACK.
 OP_TIMEOUT = 2.0
@@ -54,22 +55,6 @@ def _ask(call: str, fn: Callable[[], Any]) -> Answer:
     except MooncakeError as exc:
         return Answer(call, time.monotonic() - start, error=exc)
     return Answer(call, time.monotonic() - start, value=value)
-
-
-def _restart(cluster: LocalCluster, role: str) -> None:
-    """Start ``role`` again with the command line (so the ports) it had.
-
-    LocalCluster has no public restart; this uses its argv builders and ``_spawn``.
-    """
-    if cluster.alive(role):
-        raise AssertionError(f"{role} is still running")
-    if role.startswith("storage"):
-        index = cluster.storage_roles.index(role)
-        argv, marker = _argv.storage(cluster, index)
-    else:
-        index = cluster.master_roles.index(role)
-        argv, marker = _argv.master(cluster, index)
-    cluster._spawn(role, argv, marker, confine=True)
 
 
 class Model:
@@ -162,9 +147,11 @@ def test_storage_node_restart_old_keys_miss_or_fail_never_wrong_bytes(make_clust
         down = [_ask(name, fn) for name, fn in model.probes(_fresh_key)]
         answers += down
         assert any(a.error is not None for a in down), [a.describe() for a in down]
-        _restart(cluster, "storage")
-        recovered = _until_writes_land(model, answers)
-        assert recovered is not None, [a.describe() for a in answers[-5:]]
+        restarted = time.monotonic()
+        cluster.restart("storage")
+        landed = _until_writes_land(model, answers)
+        assert landed is not None, [a.describe() for a in answers[-5:]]
+        recovered = time.monotonic() - restarted
         _new_writes_read_back(client)
         misses = sum(got is None for got in client.batch_get(model.keys))
         # Old keys, once more: what was written, or a miss -- never the new node's memory.
@@ -202,7 +189,7 @@ def test_master_restart_open_client_recovers_or_fails_cleanly(
         # With the master gone nothing can succeed: every call must fail, typed.
         assert all(a.error is not None for a in down), [a.describe() for a in down]
         restarted = time.monotonic()
-        _restart(cluster, "master")
+        cluster.restart("master")
         recovered = _until_writes_land(model, answers)
         if recovered is not None:
             _new_writes_read_back(client)
@@ -226,16 +213,13 @@ def test_master_restart_open_client_recovers_or_fails_cleanly(
 
 @pytest.mark.parametrize("role", ["storage", "master"])
 def test_a_restarted_process_listens_where_it_did(make_cluster, role):
-    """The restart helper brings the process back on its own ports (the tests rely on it)."""
+    """restart() brings the process back on its own ports (the tests above rely on it)."""
     cluster = make_cluster("64 MB").start()
     before = cluster.procs[role].argv
     cluster.kill(role)
-    _restart(cluster, role)
+    cluster.restart(role, timeout=15)
     assert cluster.procs[role].argv == before
-    deadline = time.monotonic() + 15
-    while not (cluster.alive(role) and _mounted(cluster)):
-        assert time.monotonic() < deadline, f"{role} did not come back"
-        time.sleep(0.2)
+    assert cluster.alive(role) and _mounted(cluster)
 
 
 def _mounted(cluster: LocalCluster) -> bool:
@@ -243,3 +227,76 @@ def _mounted(cluster: LocalCluster) -> bool:
         return len(cluster.segments()) >= 1
     except Exception:  # noqa: BLE001 - a master still starting
         return False
+
+
+def test_restart_of_a_killed_storage_node_and_what_it_refuses(make_cluster):
+    cluster = make_cluster("64 MB", client_ttl=2).start()
+    old_pid, old_segments = cluster.pids["storage"], set(cluster.segments())
+    with pytest.raises(
+        ClusterError, match=r"no such process \(its roles: metadata, master, storage\)"
+    ):
+        cluster.restart("storage-1")  # roles are storage, storage1...: the error names them
+    with pytest.raises(ClusterError, match="restart storage: it is still running"):
+        cluster.restart("storage")
+    assert cluster.pids["storage"] == old_pid and _processes_with(cluster, "storage") == 1
+
+    cluster.kill("storage")
+    cluster.restart("storage")
+    new_pid = cluster.pids["storage"]
+    assert new_pid != old_pid and cluster.alive("storage")
+    assert _processes_with(cluster, "storage") == 1
+    assert set(cluster.segments()) - old_segments, "the restarted node mounted no new segment"
+    recorded = LocalCluster.load(cluster.state_dir)
+    assert recorded is not None and recorded.pids["storage"] == new_pid
+    assert recorded.alive("storage")
+    # Once the dead node's segment is dropped (client_ttl 2 s), every value lands on the new one.
+    deadline = time.monotonic() + 20
+    while set(cluster.segments()) & old_segments:
+        assert time.monotonic() < deadline, "the dead node's segment was never dropped"
+        time.sleep(0.2)
+    with Client(cluster.client_config(), op_timeout=OP_TIMEOUT) as client:
+        _new_writes_read_back(client)
+
+
+def test_restart_of_the_master_from_the_state_file_serves_when_it_returns(make_cluster):
+    """A cluster loaded from state.json (another process's view, as mcl2's) restarts its
+    master; a new client's first writes land, with no retry, as soon as restart() returns."""
+    cluster = make_cluster("64 MB", storage_nodes=2).start()
+    old_pid = cluster.pids["master"]
+    cluster.kill("master")
+    loaded = LocalCluster.load(cluster.state_dir)
+    assert loaded is not None and not loaded.alive("master")
+    try:
+        loaded.restart("master")
+        assert loaded.pids["master"] != old_pid and loaded.alive("master")
+        assert len(loaded.segments()) == 2
+        with Client(loaded.client_config(), op_timeout=OP_TIMEOUT) as client:
+            _new_writes_read_back(client)
+        recorded = LocalCluster.load(cluster.state_dir)
+        assert recorded is not None and recorded.pids == loaded.pids
+    finally:
+        assert "master" in loaded.stop()  # the first object does not know the new process
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _processes_with(cluster: LocalCluster, role: str) -> int:
+    """How many live processes carry ``role``'s marker (its port flag) and the cluster's binary."""
+    proc = cluster.procs[role]
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not _pid_alive(int(entry.name)):
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].decode(errors="replace") == proc.argv[0] and proc.marker.encode() in argv:
+            count += 1
+    return count

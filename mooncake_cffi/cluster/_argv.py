@@ -53,7 +53,7 @@ def metadata(c: Any) -> tuple[list[str], str]:
 def master(c: Any, index: int) -> tuple[list[str], str]:
     role = c.master_roles[index]
     host = c.address(role)
-    binary = _runnable(find_binary(MASTER_BINARY))
+    binary = runnable(find_binary(MASTER_BINARY))
     known = wheel.master_flags(binary)
     marker = f"-metrics_port={c.ports[c.metrics_key(index)]}"
     argv = [
@@ -90,7 +90,7 @@ def storage(c: Any, index: int) -> tuple[list[str], str]:
     role = c.storage_roles[index]
     marker = f"-port={c.ports[f'{role}_rpc']}"
     argv = [
-        str(_runnable(find_binary(STORAGE_BINARY))),
+        str(runnable(find_binary(STORAGE_BINARY))),
         f"-host={c.address(role)}",
         f"-global_segment_size={c.segment_sizes[index]}",
         f"-master_server_address={c.master_addr}",
@@ -101,7 +101,7 @@ def storage(c: Any, index: int) -> tuple[list[str], str]:
     return argv, marker
 
 
-def _runnable(binary: Path) -> Path:
+def runnable(binary: Path) -> Path:
     """``binary``, after making sure the processes this one starts can load its libraries.
 
     The 0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" binaries link libcudart.so.12 without shipping

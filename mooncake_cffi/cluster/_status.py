@@ -61,6 +61,20 @@ def segment_names(c: Any) -> list[str]:
         raise ClusterError(str(exc)) from None
 
 
+def segment_ids(c: Any) -> set[str]:
+    """The segments mounted in ``c``'s leading master, each as ``NAME ID``: a storage node
+    started again mounts a new segment id even if its name (a transfer port) was reused.
+    Only the names when the master has no ``/get_segments_detail``; ClusterError if unreadable.
+    """
+    client = AdminClient(c.metrics_url, timeout=HTTP_TIMEOUT)
+    try:
+        return {f"{s.name} {s.extra.get('segment_id', '')}" for s in client.segments()}
+    except AdminError as exc:
+        if exc.status != 404:
+            raise ClusterError(str(exc)) from None
+    return set(segment_names(c))
+
+
 def fill(client: AdminClient, result: dict[str, Any], errors: list[str]) -> bool:
     """Fill ``health``, ``key_count``, ``active_clients`` and ``memory`` of ``result`` from
     the master ``client`` speaks to; True if its ``/health`` answered HTTP 200."""

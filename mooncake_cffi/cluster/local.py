@@ -8,9 +8,10 @@ It starts, from the installed Mooncake wheel's ELF binaries (never its Python wr
 * ``N`` storage nodes (``mooncake_client``), each contributing its own segment size;
 
 waits until a master leads and every segment is mounted, and records what it started in a
-private ``state.json`` so that another process can query or stop it (:meth:`load`).  See
-:mod:`._procs` for how a recorded process is recognised before it is signalled, and
-:mod:`._statedir` for how the state directory is kept safe.
+private ``state.json`` so that another process can query, restart or stop it (:meth:`load`).
+See :mod:`._startup` for the start order and the waiting, :mod:`._procs` for how a recorded
+process is recognised before it is signalled, and :mod:`._statedir` for how the state
+directory is kept safe.
 
 Loopback only: every process is told to listen on 127.0.0.1, and the ones whose listening
 sockets Mooncake hard-codes to the wildcard address (the transfer engine's ports, the
@@ -21,22 +22,14 @@ which turns a wildcard ``bind()`` into one on 127.0.0.1 (see :mod:`.loopback`).
 from __future__ import annotations
 
 import json
-import secrets
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from . import _argv, _shape, _statedir, _status, loopback
-from ._common import (
-    HOST,
-    ClusterError,
-    free_ports,
-    http_get,
-    tail,
-)
+from . import _argv, _shape, _startup, _statedir, _status, loopback
+from ._common import HOST, ClusterError, free_ports
 from ._procs import Proc
 
 __all__ = ["METADATA_MODES", "LocalCluster", "Placement"]
@@ -48,7 +41,6 @@ STATE_FILE = "state.json"
 ETCD_DATA = _argv.ETCD_DATA
 METADATA_MODES = _shape.METADATA_MODES
 _STATE_VERSION = 2
-_POLL_INTERVAL = 0.1
 _START_ATTEMPTS = 3
 
 
@@ -68,7 +60,8 @@ class LocalCluster:
     ``metadata``, ``master``, ``master1``, ``storage``...) it returns the host's address and
     the argv prefix that runs a command there (see :meth:`mooncake_cffi.topology.Topology.
     placement`); ``client_host`` is then the address clients of this process register.
-    Use :meth:`start` / :meth:`stop`, or the instance as a context manager.
+    Use :meth:`start` / :meth:`stop`, or the instance as a context manager; :meth:`kill`
+    crashes one process and :meth:`restart` starts it again on its ports (fault tests).
     """
 
     def __init__(
@@ -245,6 +238,24 @@ class LocalCluster:
         if proc.popen is not None:
             proc.popen.wait(timeout=10)
 
+    def restart(self, role: str, timeout: float = 60.0) -> None:
+        """Start the process of ``role`` again after it crashed or was :meth:`kill`-ed.
+
+        ``role`` is a key of :attr:`pids`: ``etcd``, ``metadata``, ``master``, ``master1``...,
+        ``storage``, ``storage1``...  It runs with the command line and environment it had,
+        so on the same ports; its log file starts afresh and ``state.json`` records the new
+        PID.  Returns once it answers as :meth:`start` waits for it: etcd or the metadata
+        server answer HTTP (the metadata server comes back empty); a master answers
+        ``/health``, a master serves and the running storage nodes' segments are mounted
+        again; a storage node has mounted its new segment (memory empty: keys it held are
+        gone, and the master may list its old segment until ``client_ttl`` has passed).
+
+        Raises ClusterError for a role this cluster does not have, for one that is still
+        running (no second copy is started), and, after stopping it again, if it does not
+        answer within ``timeout`` seconds.
+        """
+        _startup.restart(self, role, time.monotonic() + timeout)
+
     def leader(self) -> int | None:
         """Index of the master that leads and serves (0 without HA when healthy), or None."""
         if self.ports is None:
@@ -356,31 +367,24 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         for attempt in range(1, _START_ATTEMPTS + 1):
             try:
-                self._start_once(deadline)
+                _startup.start_all(self, deadline)
                 return self
-            except _EarlyExit as exc:
+            except _startup.EarlyExit as exc:
                 self.stop()
                 # A port picked a moment ago may have been taken meanwhile, and the master
                 # then exits without saying why: try again with fresh ports.
                 if attempt == _START_ATTEMPTS or time.monotonic() >= deadline:
-                    raise self._failure(str(exc)) from None
+                    raise _startup.failure(self, str(exc)) from None
             except ClusterError as exc:
                 self.stop()
-                raise self._failure(str(exc)) from None
+                raise _startup.failure(self, str(exc)) from None
             except OSError as exc:  # could not spawn a process, write a log or state.json
                 self.stop()
-                raise self._failure(f"cannot start the cluster: {exc}") from exc
+                raise _startup.failure(self, f"cannot start the cluster: {exc}") from exc
             except BaseException:
                 self.stop()
                 raise
         raise AssertionError("unreachable")
-
-    def _failure(self, reason: str) -> ClusterError:
-        logs = "".join(
-            f"\n--- last lines of {proc.log} ---\n{tail(Path(proc.log))}"
-            for proc in self.procs.values()
-        )
-        return ClusterError(reason + logs)
 
     def _assign_ports(self) -> None:
         names = [self.rpc_key(i) for i in range(self.masters)]
@@ -391,51 +395,6 @@ class LocalCluster:
         if self.ha or self.metadata == "etcd":
             names += ["etcd_client", "etcd_peer"]
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
-
-    def _start_once(self, deadline: float) -> None:
-        self.procs = {}
-        self._token = secrets.token_hex(16)
-        if self.ha and self.cluster_id is None:
-            self.cluster_id = f"mcs-local-{secrets.token_hex(4)}"
-        lib = loopback.library()
-        self.loopback_confined = lib is not None
-        if lib is None:
-            warnings.warn(loopback.MISSING, RuntimeWarning, stacklevel=4)
-        self._assign_ports()
-        roles = ["etcd", "metadata", *self.master_roles, *self.storage_roles]
-        if self.placement is not None:
-            self.addresses = {role: self.placement(role)[0] for role in roles}
-        self.started_at = time.time()
-        if "etcd_client" in (self.ports or {}):
-            self._spawn("etcd", *_argv.etcd(self))
-            self._wait("etcd", self._etcd_ready, deadline)
-        if self.metadata == "http":
-            self._spawn("metadata", *_argv.metadata(self))
-            self._wait("the metadata server", self._metadata_ready, deadline)
-        for index, role in enumerate(self.master_roles):
-            self._spawn(role, *_argv.master(self, index), confine=True)
-        self._wait("a serving master", lambda: self.leader() is not None, deadline)
-        cluster_env = (
-            {"MC_STORE_CLUSTER_ID": self.cluster_id} if self.ha and self.cluster_id else {}
-        )
-        for index, role in enumerate(self.storage_roles):
-            self._spawn(role, *_argv.storage(self, index), confine=True, env=cluster_env)
-        self._wait(
-            f"{self.storage_nodes} mounted segment(s)",
-            lambda: len(self.segments()) >= self.storage_nodes,
-            deadline,
-        )
-        for role in self.procs:
-            if not self.alive(role):
-                raise _EarlyExit(self._exit_reason(role))
-
-    def _etcd_ready(self) -> bool:
-        code, body = http_get(f"http://{self.etcd_endpoint}/health", timeout=1.0)
-        return code == 200 and '"true"' in body
-
-    def _metadata_ready(self) -> bool:
-        code, _ = http_get(f"{self.metadata_server}?key=mcs-probe", timeout=1.0)
-        return code in (200, 404)
 
     def _spawn(
         self,
@@ -454,32 +413,13 @@ class LocalCluster:
             env={**confined, **(env or {})},
             prefix=self._prefix(role),
         )
-        self.procs[role] = proc
+        self._launch(proc)
+
+    def _launch(self, proc: Proc) -> None:
+        """Spawn ``proc`` as the cluster's process of its role and record it in state.json."""
+        self.procs[proc.role] = proc
         proc.spawn(self.state_dir, self._token)
         self._write_state()
-
-    def _exit_reason(self, role: str) -> str:
-        code = self.procs[role].exit_code() if role in self.procs else None
-        status = f" with status {code}" if code is not None else ""
-        return f"{role} ({Path(self.procs[role].argv[0]).name}) exited during startup{status}"
-
-    def _wait(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
-        while True:
-            for role in self.procs:
-                if not self.alive(role):
-                    raise _EarlyExit(self._exit_reason(role))
-            try:
-                if ready():
-                    return
-            except (OSError, ClusterError):
-                pass
-            if time.monotonic() >= deadline:
-                hint = ""
-                for role in self.storage_roles:
-                    if role in self.procs and "segment size is 0" in tail(self.log_path(role), 200):
-                        hint = f" ({role} read its segment size as 0)"
-                raise ClusterError(f"timed out waiting for {what}{hint}")
-            time.sleep(_POLL_INTERVAL)
 
     # -- stop ----------------------------------------------------------------------------
 
@@ -532,7 +472,3 @@ class LocalCluster:
     def log_paths(self) -> dict[str, Path]:
         """The log files, by role."""
         return {role: Path(proc.log) for role, proc in self.procs.items()}
-
-
-class _EarlyExit(ClusterError):
-    """A process we started exited before the cluster was up."""

@@ -1,8 +1,7 @@
-"""A client of ``mooncake_master``'s admin HTTP API (its ``-metrics_port``, default 9003).
+"""The HTTP side of the admin API: :class:`AdminClient`, its errors and its URLs.
 
-:class:`AdminClient` is the one place that speaks to that port: ``mcl2``'s ``ls``, ``info``,
-``segments``, ``metrics`` and ``doctor``, :class:`~mooncake_cffi.cluster.LocalCluster` and the
-tests use it.  Every request has a timeout and ignores proxy settings.
+Every request has a timeout and ignores proxy settings; each answer is turned into the types
+of :mod:`.model` and :mod:`.metrics`.
 
 What the master (wheel 0.3.13.post1) answers, as observed:
 
@@ -31,20 +30,12 @@ import json
 import re
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "DEFAULT_ADMIN_PORT",
-    "AdminClient",
-    "AdminError",
-    "KeyInfo",
-    "Metrics",
-    "Replica",
-    "Segment",
-    "admin_url_for_master",
-    "parse_prometheus",
-]
+from .metrics import Metrics
+from .model import KeyInfo, Segment, _batch_entry, _replicas, _segment
+
+__all__ = ["DEFAULT_ADMIN_PORT", "AdminClient", "AdminError", "admin_url_for_master"]
 
 #: Port of the master's admin HTTP server unless ``-metrics_port`` says otherwise.
 DEFAULT_ADMIN_PORT = 9003
@@ -57,8 +48,6 @@ _BATCH_URL_BYTES = 16 * 1024
 
 _UNSENDABLE = re.compile(rb"[\x00-\x20\x7f&]")
 
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
 
 class AdminError(RuntimeError):
     """The admin API could not be reached, or answered something unexpected."""
@@ -67,123 +56,6 @@ class AdminError(RuntimeError):
         super().__init__(message)
         self.url = url
         self.status = status
-
-
-@dataclass(frozen=True)
-class Replica:
-    """One copy of a key: where it lives (``endpoint``, ``segment``) and how big it is."""
-
-    kind: str  #: "memory", "disk", "local_disk" or "nof"
-    endpoint: str | None  #: transport endpoint of the segment holding it (host:port)
-    size: int | None
-    protocol: str | None = None
-    segment: str | None = None  #: the segment's name, when the endpoint matched one
-    address: int | None = None  #: buffer address inside the segment (memory replicas)
-    path: str | None = None  #: file path (disk replicas)
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    """What the master says about one key."""
-
-    key: bytes
-    replicas: tuple[Replica, ...]
-
-    @property
-    def size(self) -> int | None:
-        """The value's size in bytes (every replica holds the whole value)."""
-        for replica in self.replicas:
-            if replica.size is not None:
-                return replica.size
-        return None
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A storage segment mounted in the master."""
-
-    name: str
-    endpoint: str | None
-    protocol: str | None
-    status: str | None
-    capacity_bytes: int | None
-    used_bytes: int | None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-def parse_prometheus(text: str) -> Samples:
-    """Samples of a Prometheus text exposition, by metric name: ``[(labels, value), ...]``."""
-    samples: Samples = {}
-    line_re = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-    label_re = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = line_re.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        labels = dict(label_re.findall(match.group(2) or ""))
-        samples.setdefault(match.group(1), []).append((labels, value))
-    return samples
-
-
-class Metrics:
-    """The master's ``/metrics``, parsed, with the figures a human reads first."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.samples = parse_prometheus(text)
-
-    def value(self, name: str) -> float | None:
-        """The unlabelled sample of ``name``, or None if the master did not report it."""
-        for labels, value in self.samples.get(name, []):
-            if not labels:
-                return value
-        return None
-
-    def count(self, *names: str) -> int | None:
-        """Sum of the unlabelled samples of ``names`` (None if none of them is present)."""
-        values = [v for v in (self.value(n) for n in names) if v is not None]
-        return int(sum(values)) if values else None
-
-    def failures(self) -> int:
-        """All failed requests and failed batch items the master counted."""
-        total = 0.0
-        for name in self.samples:
-            if name.endswith(("_failures_total", "_failed_items_total")):
-                total += sum(v for labels, v in self.samples[name] if not labels)
-        return int(total)
-
-    def summary(self) -> dict[str, Any]:
-        """Keys, memory, clients, request counts and errors, as plain data."""
-        return {
-            "keys": self.count("master_key_count"),
-            "memory": {
-                "used_bytes": self.count("master_allocated_bytes"),
-                "capacity_bytes": self.count("master_total_capacity_bytes"),
-            },
-            "segments": len(self.samples.get("segment_total_capacity_bytes", [])),
-            "clients": self.count("master_active_clients"),
-            "requests": {
-                "put": self.count(
-                    "master_put_start_requests_total", "master_batch_put_start_items_total"
-                ),
-                "get": self.count(
-                    "master_get_replica_list_requests_total",
-                    "master_batch_get_replica_list_items_total",
-                ),
-                "exists": self.count(
-                    "master_exist_key_requests_total", "master_batch_exist_key_items_total"
-                ),
-                "remove": self.count("master_remove_requests_total"),
-            },
-            "failures": self.failures(),
-            "evictions": self.count("master_successful_evictions_total"),
-        }
 
 
 def admin_url_for_master(master_addr: str, port: int = DEFAULT_ADMIN_PORT) -> str:
@@ -350,32 +222,7 @@ class AdminClient:
         items = data.get("segments") if isinstance(data, dict) else None
         if not isinstance(items, list):
             raise AdminError(f"admin API {self.url}/get_segments_detail: no 'segments' list")
-        out = []
-        for item in items:
-            if not isinstance(item, dict):
-                continue
-            known = {
-                "segment_name",
-                "te_endpoint",
-                "protocol",
-                "status",
-                "allocator_capacity_bytes",
-                "size_bytes",
-                "allocator_used_bytes",
-            }
-            capacity = item.get("allocator_capacity_bytes", item.get("size_bytes"))
-            out.append(
-                Segment(
-                    name=str(item.get("segment_name", "?")),
-                    endpoint=item.get("te_endpoint"),
-                    protocol=item.get("protocol"),
-                    status=item.get("status"),
-                    capacity_bytes=_int_or_none(capacity),
-                    used_bytes=_int_or_none(item.get("allocator_used_bytes")),
-                    extra={k: v for k, v in item.items() if k not in known},
-                )
-            )
-        return out
+        return [_segment(item) for item in items if isinstance(item, dict)]
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -491,15 +338,7 @@ class AdminClient:
                     out[kb] = None
                     continue
                 raise AdminError(f"admin API {self.url}: key {kb!r}: {entry.get('error')}")
-            replicas: list[Replica] = []
-            for kind, name in (
-                ("memory", "values"),
-                ("disk", "disk_values"),
-                ("local_disk", "local_disk_values"),
-                ("nof", "nof_values"),
-            ):
-                replicas.extend(_replicas(kind, entry.get(name)))
-            out[kb] = KeyInfo(kb, tuple(replicas))
+            out[kb] = _batch_entry(kb, entry)
         return out
 
     def _check_queryable(self, kb: bytes) -> None:
@@ -516,26 +355,3 @@ def _is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _replicas(kind: str, values: Any) -> Iterator[Replica]:
-    if not isinstance(values, list):
-        return
-    for v in values:
-        if not isinstance(v, dict):
-            continue
-        yield Replica(
-            kind=kind,
-            endpoint=v.get("transport_endpoint_") or v.get("endpoint"),
-            size=_int_or_none(v.get("size_", v.get("size"))),
-            protocol=v.get("protocol_") or v.get("protocol"),
-            address=_int_or_none(v.get("buffer_address_")),
-            path=v.get("file_path_") or v.get("path"),
-        )
