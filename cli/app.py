@@ -1,8 +1,9 @@
 """The ``mcl2`` click group and what every command shares: library errors, signals and a
 closed output pipe turned into click errors with their exit statuses, the version option, and
-the decorators that give data commands their shared options.  Commands live in :mod:`.data`
-(keys), :mod:`.admin_cmd` (the master's admin API), :mod:`.bench_cmd` (benchmark) and
-:mod:`.cluster_cmd` (the local cluster); :mod:`.main` is the console script.
+the decorators that give data commands their shared options.  Commands live in
+:mod:`.put_cmd` and :mod:`.data` (keys), :mod:`.admin_cmd` (the master's admin API),
+:mod:`.bench_cmd` (benchmark) and :mod:`.cluster_cmd` (the local cluster); :mod:`.main` is the
+console script.
 """
 
 from __future__ import annotations
