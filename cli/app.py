@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from .context import admin_option, connection_options, output_options
 from .errors import BrokenPipe, CliError, Interrupted, StoreError
 from .interrupts import describe, exit_status
+from .options import admin_option, connection_options, output_options
 
 __all__ = [
     "CONTEXT_SETTINGS",

@@ -25,10 +25,11 @@ import click
 from mooncake_cffi.status import OBJECT_NOT_FOUND
 
 from .app import admin_command
-from .context import SIZE, Settings, pass_settings
+from .context import Settings, pass_settings
 from .errors import CliError, Interrupted
 from .interrupts import describe, exit_status, held_signals
 from .keys import Progress, human_bytes, stderr_is_terminal
+from .options import SIZE
 
 OPS = ("put", "get", "exists")
 #: Keys per remove batch during cleanup.
