@@ -1,8 +1,9 @@
 """The ``mcl2`` click group and what every command shares: library errors, signals and a
 closed output pipe turned into click errors with their exit statuses, the version option, and
-the decorators that give data commands their shared options.  Commands live in :mod:`.data`
-(keys), :mod:`.admin_cmd` (the master's admin API), :mod:`.bench_cmd` (benchmark) and
-:mod:`.cluster_cmd` (the local cluster); :mod:`.main` is the console script.
+the decorators that give data commands their shared options.  Commands live in
+:mod:`.put_cmd` and :mod:`.data` (keys), :mod:`.admin_cmd` (the master's admin API),
+:mod:`.bench_cmd` (benchmark) and :mod:`.cluster_cmd` (the local cluster); :mod:`.main` is the
+console script.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 
 import click
 
-from .context import admin_option, connection_options, output_options
 from .errors import BrokenPipe, CliError, Interrupted, StoreError
 from .interrupts import describe, exit_status
+from .options import admin_option, connection_options, output_options
 
 __all__ = [
     "CONTEXT_SETTINGS",

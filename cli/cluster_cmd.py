@@ -12,8 +12,7 @@ from typing import Any
 import click
 
 from .app import CONTEXT_SETTINGS, cli, load_local, own_options_first
-from .context import Settings, output_options, pass_settings
-from .context import state_dir_option as _state_dir_option
+from .context import Settings, pass_settings
 from .errors import (
     EXIT_ERROR,
     CliError,
@@ -21,6 +20,8 @@ from .errors import (
 from .keys import (
     human_bytes,
 )
+from .options import output_options
+from .options import state_dir_option as _state_dir_option
 
 #: ``--metadata`` choices (mooncake_cffi.cluster.METADATA_MODES, without importing it here).
 METADATA_CHOICES = ("http", "master", "etcd", "p2p")

@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (they register their commands on `cli`)
     data,
     doctor_cmd,
     interrupts,
+    put_cmd,
     shell,
 )
 from .app import cli

@@ -506,7 +506,7 @@ def test_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
 
 
 def test_put_without_file_on_a_terminal_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    main_module = importlib.import_module("mooncake_cffi.cli.data")
+    main_module = importlib.import_module("mooncake_cffi.cli.put_cmd")
     monkeypatch.setattr(main_module, "_stdin_is_terminal", lambda: True)
     result = CliRunner().invoke(cli, ["put", "k"], env=clean_env())
     assert result.exit_code == EXIT_USAGE
