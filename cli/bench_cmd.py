@@ -27,6 +27,9 @@ from .keys import Progress, human_bytes, stderr_is_terminal
 from .options import SIZE
 
 OPS = ("put", "get", "exists")
+#: The warm-up's values are at least this big, WARMUP_BATCH per call.
+WARMUP_VALUE_BYTES = 1 << 20
+WARMUP_BATCH = 16
 #: The warm-up writes (and removes) at most this much.
 WARMUP_MAX_BYTES = 256 << 20
 #: Untimed calls each worker makes before a timed get / exists pass.
@@ -122,8 +125,9 @@ def _parse_ops(value: str) -> list[str]:
     "--warmup/--no-warmup",
     default=True,
     show_default=True,
-    help="Before timing, put and remove as many throw-away keys as the run writes "
-    "(at most 256 MiB) and make two untimed calls per thread before each read pass.",
+    help="Before timing, put and remove throw-away values as large as the run's puts "
+    "(at most 256 MiB, in values of 1 MiB or more) and make two untimed calls per thread "
+    "before each read pass.",
 )
 @pass_settings
 def bench(
@@ -149,13 +153,14 @@ def bench(
     the p50 / p99 / max latency of one call of B keys. Keys are always put
     first (timed only when --ops names put); `get` reads every key back and
     counts a value of the wrong size as failed; --repeat reads them R times.
-    First, unless --no-warmup, it puts and removes as many throw-away keys
-    (at most 256 MiB), so the storage nodes' memory pages are touched before
-    the timed puts, and each thread makes two untimed calls before a read
-    pass. Every key written is removed at the end, also after Ctrl-C; it
-    refuses to run if keys already exist under the prefix. The timed calls
-    run without --timeout's deadline, which would add a thread hand-off to
-    every call measured (Ctrl-C still stops the run).
+    First, unless --no-warmup, it puts and removes throw-away values as large
+    in all as the run's puts (at most 256 MiB, in values of 1 MiB or more),
+    so the storage nodes' memory pages are touched before the timed puts, and
+    each thread makes two untimed calls before a read pass. Every key written
+    is removed at the end, also after Ctrl-C; it refuses to run if keys
+    already exist under the prefix. The timed calls run without --timeout's
+    deadline, which would add a thread hand-off to every call measured
+    (Ctrl-C still stops the run).
     """
     op_list = _parse_ops(ops)
     if prefix is None:
@@ -169,11 +174,15 @@ def bench(
             "without --l1-size"
         )
     keys = [f"{prefix}{i:08d}".encode() for i in range(n_keys)]
-    n_warm = min(n_keys, max(1, WARMUP_MAX_BYTES // size)) if warmup else 0
+    # The warm-up writes the run's volume (at most WARMUP_MAX_BYTES) in values of at least
+    # WARMUP_VALUE_BYTES, a few calls however small the run's values.
+    warm_size = max(size, WARMUP_VALUE_BYTES)
+    warm_bytes = min(n_keys * size, WARMUP_MAX_BYTES)
+    n_warm = max(1, -(-warm_bytes // warm_size)) if warmup else 0
     warm_keys = [f"{prefix}warmup-{i:08d}".encode() for i in range(n_warm)]
     _refuse_existing(settings, client, prefix, keys + warm_keys)
     runner = Runner(client, keys, size, batch, concurrency)
-    warm_runner = Runner(client, warm_keys, size, batch, concurrency)
+    warm_runner = Runner(client, warm_keys, warm_size, WARMUP_BATCH, 1)
     plan = ["put", *(op for op in op_list if op != "put")]  # keys are written first
     results: list[OpResult] = []
     show = not settings.quiet and not settings.json and stderr_is_terminal()
@@ -269,7 +278,7 @@ def _print_report(report: dict[str, Any]) -> None:
     warm = report.get("warmup")
     if warm:
         click.echo(
-            f"warm-up: put and removed {warm['keys']} keys ({human_bytes(warm['bytes'])}) "
+            f"warm-up: put and removed {warm['keys']} x {human_bytes(warm['value_size'])} "
             f"in {warm['seconds']:.2f} s" + (f", {warm['failed']} failed" if warm["failed"] else "")
         )
     rows = [("op", "ops/s", "MiB/s", "p50 ms", "p99 ms", "max ms", "failed")]

@@ -205,7 +205,7 @@ class Runner:
 
 
 def warm_up(client: Any, runner: Runner, show: bool) -> dict[str, Any]:
-    """Put the throw-away keys and remove them again, untimed.
+    """Put the throw-away values and remove them again, untimed.
 
     A storage node maps its segment lazily, so the first put to each page pays a page fault
     (measured on a fresh local cluster: 16 x 4 KiB puts at 0.74x the throughput of a warm
@@ -217,6 +217,7 @@ def warm_up(client: Any, runner: Runner, show: bool) -> dict[str, Any]:
     left, _error = cleanup(client, sorted(runner.written))
     return {
         "keys": len(runner.keys),
+        "value_size": runner.size,
         "bytes": len(runner.keys) * runner.size,
         "failed": result.failed,
         "seconds": round(time.perf_counter() - start, 3),

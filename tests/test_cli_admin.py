@@ -364,8 +364,9 @@ def test_bench_repeat_reads_every_key_r_times_after_a_warm_up(run, prefix: str) 
     report = json.loads(result.stdout)
     assert report["repeat"] == 3
     assert {r["op"]: r["keys"] for r in report["results"]} == {"put": 32, "get": 96, "exists": 96}
+    # 32 x 512 B of puts: warmed up with one value of 1 MiB.
     assert report["warmup"] == {
-        "keys": 32, "bytes": 32 * 512, "failed": 0, "left_behind": 0,
+        "keys": 1, "value_size": 1 << 20, "bytes": 1 << 20, "failed": 0, "left_behind": 0,
         "seconds": report["warmup"]["seconds"],
     }  # fmt: skip
     assert report["removed"] == 32 and report["left_behind"] == 0
@@ -382,7 +383,7 @@ def test_bench_no_warmup_writes_only_the_timed_keys(run, prefix: str) -> None:
 def test_bench_table_has_one_row_per_chosen_op(run, prefix: str) -> None:
     result = run("bench", "--ops", "get", "-n", "20", "--prefix", prefix)
     assert result.exit_code == EXIT_OK, result.output
-    assert result.stdout.splitlines()[1].startswith("warm-up: put and removed 20 keys")
+    assert result.stdout.splitlines()[1].startswith("warm-up: put and removed 1 x 1.0 MiB in ")
     rows = [line.split()[0] for line in result.stdout.splitlines()[2:-1]]
     assert rows == ["op", "get"]
     assert result.stdout.splitlines()[-1] == "removed 20 keys"
