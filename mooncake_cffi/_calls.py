@@ -8,6 +8,7 @@ the shim alive until its batch completes, and raises the error for what did not 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -15,8 +16,17 @@ from typing import Any
 from . import _binding
 from ._binding import ffi, lib
 from ._lifecycle import ClientHandle
-from ._marshal import Packed, ReusedBatch, encode_key, pack_keys, refused, results_list
-from ._plans import gather_values, raise_key_errors, segment_note
+from ._marshal import (
+    Packed,
+    ReusedBatch,
+    checked_sizes,
+    encode_key,
+    from_buffer,
+    pack_keys,
+    refused,
+    results_list,
+)
+from ._plans import Deadline, gather_values, raise_key_errors, segment_note
 from ._stats import OP_CODES, OPS
 from .errors import InvalidArgumentError, MooncakeTimeoutError, error_for
 from .retry import retry_keys
@@ -40,7 +50,7 @@ class BlockingCalls(ClientHandle):
             return 0
         if t <= 0:
             raise ValueError(f"timeout must be positive seconds or None, not {t!r}")
-        return max(1, int(t * 1000))
+        return max(1, math.ceil(t * 1000 - 0.5))  # what a plan's first step has left: 1000
 
     def _run_packed(self, packed: Packed, timeout: Any = DEFAULT, what: str = "") -> int:
         """Run a packed batch; its id (for GET_BUFFER's release).  Raises if it did not run."""
@@ -92,12 +102,15 @@ class BlockingCalls(ClientHandle):
         else:
             rb.busy = True
             try:
-                keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
-                rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
-                del keep
-                if rc:
-                    raise refused(rc, keys)
-                results = results_list(rb.results, len(keys))
+                if len(keys) == 1 and buffers is not None and replicate_config is None:
+                    results = [self._one_with_buffer(op, keys, buffers, sizes, flags, writable)]
+                else:
+                    keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
+                    rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
+                    del keep
+                    if rc:
+                        raise refused(rc, keys)
+                    results = results_list(rb.results, len(keys))
             finally:
                 rb.busy = False
         if self.retry is not None and results and min(results) < 0:
@@ -114,6 +127,31 @@ class BlockingCalls(ClientHandle):
                 replicate_config=replicate_config,
             )
         return results
+
+    def _one_with_buffer(
+        self,
+        op: int,
+        keys: list[Any],
+        buffers: Sequence[Any],
+        sizes: Sequence[int] | None,
+        flags: int,
+        writable: bool,
+    ) -> int:
+        """A one-key get / put through ``mcs_run_one``; its result.  The caller holds the
+        thread's reused batch (its results slot receives the outcome)."""
+        if len(buffers) != 1:
+            raise InvalidArgumentError(
+                MCS_E_INVALID_ARG, f"1 key but {len(buffers)} buffers: they must pair up"
+            )
+        key = keys[0]
+        kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
+        cbuf = from_buffer(buffers[0], 0, writable)
+        size = len(cbuf) if sizes is None else checked_sizes(sizes, [len(cbuf)])[0]
+        rb = self._tls.batch
+        rc = lib.mcs_run_one(self._h(), rb.results, op, flags, kb, len(kb), cbuf, size)
+        if rc:
+            raise error_for(rc, _binding.last_error())
+        return rb.results[0]
 
     def _retried(
         self,
@@ -191,6 +229,16 @@ class BlockingCalls(ClientHandle):
         # microsecond here, when the caches are cold after a Mooncake round trip.
         rb.busy = True
         try:
+            if n == 1:  # one key: no struct to fill
+                key = keys[0]
+                kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
+                rc = lib.mcs_run_one(
+                    self._handle or self._h(), rb.results, op, flags, kb, len(kb), ffi.NULL, 0
+                )
+                if rc:
+                    raise error_for(rc, _binding.last_error())
+                answer = convert(rb.results, 1)
+                return answer, (None if answer is not None else results_list(rb.results, 1))
             if n > rb.cap or n == 0 or rb.with_buffers:
                 keep = rb.fill(op, keys, flags)  # grows, refuses empty, clears buffers
             else:
@@ -223,9 +271,13 @@ class BlockingCalls(ClientHandle):
             return self._tls.batch
 
     def _drive(self, plan: Generator[Any, Any, Any], timeout: Any) -> Any:
-        """Run a plan (see :mod:`._plans`) to its answer, one blocking batch per step."""
+        """Run a plan (see :mod:`._plans`) to its answer, one blocking batch per step, all
+        of them within the call's deadline."""
+        self._deadline_ms(timeout)  # refuses a bad timeout before anything runs
+        deadline = Deadline(self.op_timeout if timeout is DEFAULT else timeout)
         op, keys, bufs = next(plan)
         while True:
+            timeout = deadline.left()
             if op == _GET_BUFFER:
                 packed = Packed(op, keys)
                 batch_id = self._run_packed(packed, timeout, "get")
@@ -242,50 +294,27 @@ class BlockingCalls(ClientHandle):
                 return done.value
 
     def _single(self, op: int, key: Any, timeout: Any, flags: int = 0, buf: Any = None) -> int:
-        """One key through a per-thread reusable batch: the small-operation fast path."""
+        """One key through ``mcs_run_one``: the small-operation fast path (no struct to fill).
+
+        ``buf`` is cdata of a read buffer (GET).  With a deadline the call goes through a
+        private batch (the shim may keep it after a timeout); so does a call made while this
+        thread's result slot is in use (a finalizer or signal handler calling in mid-call).
+        """
         if self._orphans:
             self._reap()
-        tls = self._tls
         try:
-            b, offsets, res, bufs, sizes, busy = tls.single
+            res, busy = self._tls.single
         except AttributeError:
-            b = ffi.new("struct mcs_batch *")
-            b.struct_size = ffi.sizeof("struct mcs_batch")
-            b.n = 1
-            offsets = ffi.new("uint64_t[2]")
-            res = ffi.new("int64_t[1]")
-            bufs = ffi.new("void *[1]")
-            sizes = ffi.new("uint64_t[1]")
-            b.key_offsets = offsets
-            b.results = res
-            busy = [False]
-            tls.single = (b, offsets, res, bufs, sizes, busy)
+            res, busy = self._tls.single = (ffi.new("int64_t[1]"), [False])
         kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
-        if not kb or b"\0" in kb:
-            raise InvalidArgumentError(
-                MCS_E_INVALID_ARG, "key #0 is empty" if not kb else "key #0 contains a NUL byte"
-            )
-        # With a deadline the shim may keep the batch after a timeout; busy, a finalizer or
-        # signal handler is calling in mid-call: either way, a private batch.
         if self._deadline_ms(timeout) or busy[0]:
             return self._single_run([key], op, buf, flags=flags, timeout=timeout)
         busy[0] = True
         try:
-            b.op = op
-            b.flags = flags
-            b.timeout_ms = 0
-            ckey = ffi.from_buffer(kb)
-            b.key_data = ckey
-            b.key_bytes = offsets[1] = len(kb)
             if buf is None:
-                b.bufs = ffi.NULL
-                b.sizes = ffi.NULL
+                rc = lib.mcs_run_one(self._h(), res, op, flags, kb, len(kb), ffi.NULL, 0)
             else:
-                bufs[0] = buf
-                sizes[0] = len(buf)
-                b.bufs = bufs
-                b.sizes = sizes
-            rc = lib.mcs_run(self._h(), ffi.NULL, b)
+                rc = lib.mcs_run_one(self._h(), res, op, flags, kb, len(kb), buf, len(buf))
             if rc < 0:
                 raise error_for(rc, _binding.last_error())
             return res[0]

@@ -23,8 +23,10 @@ __all__ = [
     "Packed",
     "ReusedBatch",
     "as_list",
+    "checked_sizes",
     "encode_key",
     "exists_list",
+    "from_buffer",
     "nbytes",
     "pack_keys",
     "refused",
@@ -113,13 +115,13 @@ def _point_at_buffers(
             MCS_E_INVALID_ARG, f"{n} keys but {len(buffers)} buffers: they must pair up"
         )
     if n == 1:
-        cbufs = [_from_buffer(buffers[0], 0, writable)]
+        cbufs = [from_buffer(buffers[0], 0, writable)]
         lens = [len(cbufs[0])]
     else:
-        cbufs = [_from_buffer(x, i, writable) for i, x in enumerate(buffers)]
+        cbufs = [from_buffer(x, i, writable) for i, x in enumerate(buffers)]
         lens = [len(c) for c in cbufs]
     if sizes is not None:
-        lens = _checked_sizes(sizes, lens)
+        lens = checked_sizes(sizes, lens)
     if arrays is None:
         barr = ffi.new("void *[]", cbufs)
         csizes = ffi.new("uint64_t[]", lens)
@@ -304,7 +306,7 @@ def nbytes(value: Any) -> int:
         return -1
 
 
-def _from_buffer(buf: Any, index: int, writable: bool) -> Any:
+def from_buffer(buf: Any, index: int, writable: bool) -> Any:
     """cdata over a buffer-protocol object, or a TypeError naming the buffer."""
     try:
         return ffi.from_buffer(buf, require_writable=writable)
@@ -313,7 +315,7 @@ def _from_buffer(buf: Any, index: int, writable: bool) -> Any:
         raise TypeError(f"buffer #{index} must be {what}, not {type(buf).__name__}") from None
 
 
-def _checked_sizes(sizes: Sequence[int], capacities: list[int]) -> list[int]:
+def checked_sizes(sizes: Sequence[int], capacities: list[int]) -> list[int]:
     if len(sizes) != len(capacities):
         raise InvalidArgumentError(
             MCS_E_INVALID_ARG, f"{len(capacities)} keys but {len(sizes)} sizes"

@@ -8,6 +8,7 @@ exceptions, and cutting the values of a GET_BUFFER batch into ``bytes``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from .status import (
 
 __all__ = [
     "MAX_RESIZE_ROUNDS",
+    "Deadline",
     "batch_get_plan",
     "gather_values",
     "raise_key_errors",
@@ -41,6 +43,22 @@ _PER_KEY_COPY_KEYS = 8
 _PER_KEY_COPY_BYTES = 32 * 1024
 
 Request = tuple[int, list[Any], list[Any] | None]
+
+
+class Deadline:
+    """What is left of a plan's time limit, for each of its steps (None: no limit).
+
+    A plan of several round trips answers within the limit of the call as a whole: each
+    step gets what the steps before it left (at least 1 ms, so a late step times out
+    rather than running unbounded)."""
+
+    __slots__ = ("end",)
+
+    def __init__(self, limit: float | None) -> None:
+        self.end = None if limit is None else time.monotonic() + limit
+
+    def left(self) -> float | None:
+        return None if self.end is None else max(0.001, self.end - time.monotonic())
 
 
 def segment_note(config: Any) -> str:

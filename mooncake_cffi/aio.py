@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._marshal import nbytes
-from ._plans import batch_get_plan, raise_key_errors, segment_note
+from ._plans import Deadline, batch_get_plan, raise_key_errors, segment_note
 from .client import EXISTED, OPS, Client, Completion
 from .config import StoreConfig
 from .errors import MooncakeTimeoutError, QueueFullError, error_for
@@ -120,9 +120,11 @@ class AsyncClient:
             await self._progress.wait()
 
     async def _drive(self, plan: Any, timeout: Any) -> Any:
+        """A plan's steps, all of them within the call's deadline."""
+        deadline = Deadline(self._timeout(timeout))
         op, keys, bufs = next(plan)
         while True:
-            comp = await self.submit(OPS[op], keys, bufs, timeout=timeout)
+            comp = await self.submit(OPS[op], keys, bufs, timeout=deadline.left())
             if not comp.ran:
                 raise error_for(comp.status, comp.message)
             answer = comp.values if comp.op == "get_buffer" else comp.results

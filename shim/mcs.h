@@ -357,6 +357,16 @@ MCS_API int mcs_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *
  * completion (timed_out = 1) is drained, exactly as after mcs_submit(). */
 MCS_API int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
 
+/* One key, run like a one-key mcs_run() without a deadline: the call for
+ * callers whose fixed cost per call matters (no struct to fill).  `key` is
+ * key_len bytes (not NUL-terminated; no NUL inside); `buf` / `size` as
+ * bufs[0] / sizes[0] for GET, PUT and UPSERT, NULL / 0 for the others.  0
+ * when it ran, its outcome in *result_out; otherwise a negative code as for
+ * mcs_run().  MCS_OP_GET_BUFFER is refused (its value is released by batch
+ * id: use mcs_run()). */
+MCS_API int mcs_run_one(mcs_client *c, int64_t *result_out, int op, int flags, const char *key,
+                        uint64_t key_len, void *buf, uint64_t size);
+
 /* Releases what Mooncake holds for the values of GET_BUFFER batch `id`
  * (its values[] pointers become invalid).  Unknown ids are ignored (0).
  * Until released, the values occupy Mooncake's local buffer

@@ -181,6 +181,8 @@ def test_misuse_table(raw):
     written = ffi.new("uint64_t *")
     OP = lib
     bogus = ffi.cast("mcs_client *", 0x1234)
+    one = ffi.new("int64_t *")
+    GET, BAD, BAD_H = lib.MCS_OP_GET, E_INVALID_ARG, E_INVALID_HANDLE
 
     cases = [
         ("run NULL handle", lambda: _run(NULL, _batch(E, "misuse-a")), E_INVALID_HANDLE),
@@ -238,6 +240,20 @@ def test_misuse_table(raw):
             E_INVALID_ARG,
         ),
         ("submit id_out NULL", lambda: lib.mcs_submit(raw, NULL, _batch(E, "k")), E_INVALID_ARG),
+        ("run_one NULL handle", lambda: lib.mcs_run_one(NULL, one, E, 0, b"k", 1, NULL, 0), BAD_H),
+        ("run_one result NULL", lambda: lib.mcs_run_one(raw, NULL, E, 0, b"k", 1, NULL, 0), BAD),
+        ("run_one key NULL", lambda: lib.mcs_run_one(raw, one, E, 0, NULL, 1, NULL, 0), BAD),
+        ("run_one empty key", lambda: lib.mcs_run_one(raw, one, E, 0, b"k", 0, NULL, 0), BAD),
+        ("run_one NUL in key", lambda: lib.mcs_run_one(raw, one, E, 0, b"a\0b", 3, NULL, 0), BAD),
+        ("run_one unknown op", lambda: lib.mcs_run_one(raw, one, 99, 0, b"k", 1, NULL, 0), BAD),
+        ("run_one get no buf", lambda: lib.mcs_run_one(raw, one, GET, 0, b"k", 1, NULL, 0), BAD),
+        ("run_one get size 0", lambda: lib.mcs_run_one(raw, one, GET, 0, b"k", 1, buf, 0), BAD),
+        ("run_one exists buf", lambda: lib.mcs_run_one(raw, one, E, 0, b"k", 1, buf, 16), BAD),
+        (
+            "run_one get_buffer",
+            lambda: lib.mcs_run_one(raw, one, OP.MCS_OP_GET_BUFFER, 0, b"k", 1, NULL, 0),
+            BAD,
+        ),
         ("drain out NULL", lambda: lib.mcs_drain(raw, NULL, 4, csize), E_INVALID_ARG),
         ("drain tiny elem_size", lambda: lib.mcs_drain(raw, comp, 4, 8), E_INVALID_ARG),
         ("drain NULL handle", lambda: lib.mcs_drain(NULL, comp, 4, csize), E_INVALID_HANDLE),
@@ -279,6 +295,7 @@ def test_misuse_table(raw):
         assert _binding.last_error(), f"{name}: no message"
     # the handle is still fine after all that
     assert _run(raw, _batch(E, "misuse-a")) == 0
+    assert lib.mcs_run_one(raw, one, E, 0, b"misuse-a", 8, NULL, 0) == 0 and one[0] in (0, 1)
     assert lib.mcs_release(raw, 123456789) == 0  # unknown ids are ignored
     assert lib.mcs_client_fd(raw, fdp) == 0 and fdp[0] >= 0
     assert lib.mcs_submit(raw, idp, _batch(E, "misuse-a")) == 0

@@ -40,7 +40,9 @@ def test_a_call_into_a_frozen_storage_node_answers_within_its_deadline(frozen_cl
             with pytest.raises((MooncakeTimeoutError, TransportError)) as info:
                 c.get(key)
             waited = time.monotonic() - t0
-            assert waited < 2.0, waited
+            # The whole get, however many round trips its plan takes (a failed read is
+            # looked up, sized and read again), answers within the one deadline.
+            assert waited < 1.5, waited
             if isinstance(info.value, MooncakeTimeoutError):
                 assert "get" in str(info.value) and "1000 ms" in str(info.value)
                 assert isinstance(info.value, TimeoutError) and info.value.retryable

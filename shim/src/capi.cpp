@@ -374,6 +374,34 @@ int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch) {
     });
 }
 
+int mcs_run_one(mcs_client *c, int64_t *result_out, int op, int flags, const char *key,
+                uint64_t key_len, void *buf, uint64_t size) {
+    return with_open_client(c, [&](mcs::Engine &e) {
+        if (!result_out) throw mcs::Error(MCS_E_INVALID_ARG, "result_out is NULL");
+        if (!key) throw mcs::Error(MCS_E_INVALID_ARG, "key is NULL");
+        if (op == MCS_OP_GET_BUFFER)
+            throw mcs::Error(MCS_E_INVALID_ARG,
+                             "get_buffer needs mcs_run(): its value is released by batch id");
+        const uint64_t offsets[2] = {0, key_len};
+        void *const bufs[1] = {buf};
+        const uint64_t sizes[1] = {size};
+        mcs_batch b{};
+        b.struct_size = sizeof b;
+        b.op = op;
+        b.flags = flags;
+        b.n = 1;
+        b.key_data = key;
+        b.key_bytes = key_len;
+        b.key_offsets = offsets;
+        if (buf || size) {
+            b.bufs = bufs;
+            b.sizes = sizes;
+        }
+        b.results = result_out;
+        return e.submit(b, true, nullptr);
+    });
+}
+
 int mcs_release(mcs_client *c, uint64_t id) {
     return with_client(c, [&](mcs::Engine &e) { return e.release(id); });
 }
