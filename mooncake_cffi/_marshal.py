@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _BATCH_SIZE = ffi.sizeof("struct mcs_batch")
+_ffi_from_buffer = ffi.from_buffer
 _BUFFER_OPS = (lib.MCS_OP_GET, lib.MCS_OP_PUT, lib.MCS_OP_UPSERT)
 _PUT_OPS = (lib.MCS_OP_PUT, lib.MCS_OP_UPSERT)
 
@@ -114,12 +115,11 @@ def _point_at_buffers(
         raise InvalidArgumentError(
             MCS_E_INVALID_ARG, f"{n} keys but {len(buffers)} buffers: they must pair up"
         )
-    if n == 1:
-        cbufs = [from_buffer(buffers[0], 0, writable)]
-        lens = [len(cbufs[0])]
-    else:
+    try:
+        cbufs = [_ffi_from_buffer(x, require_writable=writable) for x in buffers]
+    except (TypeError, BufferError):  # find the culprit, and name it
         cbufs = [from_buffer(x, i, writable) for i, x in enumerate(buffers)]
-        lens = [len(c) for c in cbufs]
+    lens = list(map(len, cbufs))
     if sizes is not None:
         lens = checked_sizes(sizes, lens)
     if arrays is None:
