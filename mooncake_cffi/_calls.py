@@ -226,35 +226,20 @@ class BlockingCalls(ClientHandle):
             answer = convert(packed.results, n)
             return answer, (None if answer is not None else packed.unpack())
         # The lookup hot path, flat on purpose: every Python call level costs about a
-        # microsecond here, when the caches are cold after a Mooncake round trip.
+        # microsecond here, when the caches are cold after a Mooncake round trip.  The
+        # packed keys go to mcs_run_keys as they are (cffi passes a bytes object's own
+        # buffer, NUL-terminated), the outcomes land in the thread's results array.
         rb.busy = True
         try:
-            if n == 1:  # one key: no struct to fill
-                key = keys[0]
-                kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
-                rc = lib.mcs_run_one(
-                    self._handle or self._h(), rb.results, op, flags, kb, len(kb), ffi.NULL, 0
-                )
-                if rc:
-                    raise error_for(rc, _binding.last_error())
-                answer = convert(rb.results, 1)
-                return answer, (None if answer is not None else results_list(rb.results, 1))
-            if n > rb.cap or n == 0 or rb.with_buffers:
-                keep = rb.fill(op, keys, flags)  # grows, refuses empty, clears buffers
-            else:
-                try:
-                    packed_keys = "\0".join(keys).encode()  # str keys: pack_keys' first step
-                except (TypeError, UnicodeEncodeError):
-                    packed_keys = pack_keys(keys)
-                keep = ffi.from_buffer(packed_keys)
-                b = rb.batch
-                b.op = op
-                b.flags = flags
-                b.n = n
-                b.key_data = keep
-                b.key_bytes = len(packed_keys) + 1  # with the NUL every bytes object ends with
-            rc = lib.mcs_run(self._handle or self._h(), ffi.NULL, rb.batch)
-            del keep
+            if n > rb.cap:
+                rb.grow(n)
+            try:
+                packed = "\0".join(keys).encode()  # str keys: pack_keys' first step
+            except (TypeError, UnicodeEncodeError):
+                packed = pack_keys(keys)
+            rc = lib.mcs_run_keys(
+                self._handle or self._h(), rb.results, op, flags, packed, len(packed) + 1, n
+            )
             if rc:
                 raise refused(rc, keys)
             answer = convert(rb.results, n)

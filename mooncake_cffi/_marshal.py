@@ -191,20 +191,25 @@ class ReusedBatch:
 
     The shim is done with a batch when such an ``mcs_run`` returns, so the struct and its
     arrays (grown as needed, never shrunk) serve the thread's next call: a call allocates
-    no cdata but its packed keys and one view per buffer.  Not for GET_BUFFER (its values
-    outlive the call) nor for calls with a deadline (the shim may keep a timed-out batch).
+    no cdata but its packed keys and one view per buffer.  Keys-only calls use just its
+    ``results`` (``mcs_run_keys`` takes the packed keys as they are).  Not for GET_BUFFER
+    (its values outlive the call) nor for calls with a deadline (the shim may keep a
+    timed-out batch).
     """
 
-    __slots__ = ("batch", "results", "bufs", "sizes", "cap", "with_buffers", "busy")
+    __slots__ = ("batch", "results", "bufs", "sizes", "cap", "busy")
 
     def __init__(self, cap: int = 64) -> None:
         self.batch = ffi.new("struct mcs_batch *")
         self.batch.struct_size = _BATCH_SIZE
-        self.with_buffers = False  # whether bufs / sizes / replicate_config may be set
         self.busy = False  # between filling and reading back (re-entry takes a Packed)
-        self._grow(cap)
+        self._alloc(cap)
 
-    def _grow(self, cap: int) -> None:
+    def grow(self, n: int) -> None:
+        """Room for at least n keys (the arrays at least double)."""
+        self._alloc(max(n, 2 * self.cap))
+
+    def _alloc(self, cap: int) -> None:
         self.cap = cap
         self.results = ffi.new("int64_t[]", cap)
         self.bufs = ffi.new("void *[]", cap)
@@ -227,11 +232,10 @@ class ReusedBatch:
         if n > self.cap or n == 0:
             if n == 0:
                 raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
-            self._grow(max(n, 2 * self.cap))
+            self.grow(n)
         keep = _point_at_buffers(
             self.batch, op, n, buffers, sizes, writable, replicate_config, (self.bufs, self.sizes)
         )
-        self.with_buffers = buffers is not None
         keep.append(point_at_keys(self.batch, op, keys, flags))
         return keep
 

@@ -367,6 +367,14 @@ MCS_API int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *bat
 MCS_API int mcs_run_one(mcs_client *c, int64_t *result_out, int op, int flags, const char *key,
                         uint64_t key_len, void *buf, uint64_t size);
 
+/* A batch of keys only (MCS_OP_EXISTS, MCS_OP_SIZE, MCS_OP_REMOVE), run like
+ * mcs_run() without a deadline, with no struct to fill: `key_data` holds
+ * exactly n NUL-terminated keys back to back, key_bytes in all (as
+ * mcs_batch's key_data with key_offsets NULL).  Each key's outcome goes to
+ * results[0..n).  0 when it ran; otherwise a negative code as for mcs_run(). */
+MCS_API int mcs_run_keys(mcs_client *c, int64_t *results, int op, int flags, const char *key_data,
+                         uint64_t key_bytes, uint64_t n);
+
 /* Releases what Mooncake holds for the values of GET_BUFFER batch `id`
  * (its values[] pointers become invalid).  Unknown ids are ignored (0).
  * Until released, the values occupy Mooncake's local buffer

@@ -182,7 +182,8 @@ def test_misuse_table(raw):
     OP = lib
     bogus = ffi.cast("mcs_client *", 0x1234)
     one = ffi.new("int64_t *")
-    GET, BAD, BAD_H = lib.MCS_OP_GET, E_INVALID_ARG, E_INVALID_HANDLE
+    GET, BAD, BAD_H, DUP = lib.MCS_OP_GET, E_INVALID_ARG, E_INVALID_HANDLE, E_DUPLICATE_KEY
+    res2 = ffi.new("int64_t[2]")
 
     cases = [
         ("run NULL handle", lambda: _run(NULL, _batch(E, "misuse-a")), E_INVALID_HANDLE),
@@ -249,6 +250,15 @@ def test_misuse_table(raw):
         ("run_one get no buf", lambda: lib.mcs_run_one(raw, one, GET, 0, b"k", 1, NULL, 0), BAD),
         ("run_one get size 0", lambda: lib.mcs_run_one(raw, one, GET, 0, b"k", 1, buf, 0), BAD),
         ("run_one exists buf", lambda: lib.mcs_run_one(raw, one, E, 0, b"k", 1, buf, 16), BAD),
+        ("run_keys NULL handle", lambda: lib.mcs_run_keys(NULL, res2, E, 0, b"a", 2, 1), BAD_H),
+        ("run_keys results NULL", lambda: lib.mcs_run_keys(raw, NULL, E, 0, b"a", 2, 1), BAD),
+        ("run_keys keys NULL", lambda: lib.mcs_run_keys(raw, res2, E, 0, NULL, 2, 1), BAD),
+        ("run_keys n 0", lambda: lib.mcs_run_keys(raw, res2, E, 0, b"a", 2, 0), BAD),
+        ("run_keys short of n", lambda: lib.mcs_run_keys(raw, res2, E, 0, b"a", 2, 2), BAD),
+        ("run_keys past n", lambda: lib.mcs_run_keys(raw, res2, E, 0, b"a\0b", 4, 1), BAD),
+        ("run_keys empty key", lambda: lib.mcs_run_keys(raw, res2, E, 0, b"\0a", 3, 2), BAD),
+        ("run_keys duplicate", lambda: lib.mcs_run_keys(raw, res2, E, 0, b"a\0a", 4, 2), DUP),
+        ("run_keys get", lambda: lib.mcs_run_keys(raw, res2, GET, 0, b"a", 2, 1), BAD),
         (
             "run_one get_buffer",
             lambda: lib.mcs_run_one(raw, one, OP.MCS_OP_GET_BUFFER, 0, b"k", 1, NULL, 0),
@@ -296,6 +306,8 @@ def test_misuse_table(raw):
     # the handle is still fine after all that
     assert _run(raw, _batch(E, "misuse-a")) == 0
     assert lib.mcs_run_one(raw, one, E, 0, b"misuse-a", 8, NULL, 0) == 0 and one[0] in (0, 1)
+    assert lib.mcs_run_keys(raw, res2, E, 0, b"misuse-a\0misuse-b", 18, 2) == 0
+    assert list(res2) == [one[0], 0]
     assert lib.mcs_release(raw, 123456789) == 0  # unknown ids are ignored
     assert lib.mcs_client_fd(raw, fdp) == 0 and fdp[0] >= 0
     assert lib.mcs_submit(raw, idp, _batch(E, "misuse-a")) == 0

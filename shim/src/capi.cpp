@@ -402,6 +402,25 @@ int mcs_run_one(mcs_client *c, int64_t *result_out, int op, int flags, const cha
     });
 }
 
+int mcs_run_keys(mcs_client *c, int64_t *results, int op, int flags, const char *key_data,
+                 uint64_t key_bytes, uint64_t n) {
+    return with_open_client(c, [&](mcs::Engine &e) {
+        if (op != MCS_OP_EXISTS && op != MCS_OP_SIZE && op != MCS_OP_REMOVE)
+            throw mcs::Error(MCS_E_INVALID_ARG,
+                             "mcs_run_keys runs exists, size and remove only (op " +
+                                 std::to_string(op) + "): use mcs_run()");
+        mcs_batch b{};
+        b.struct_size = sizeof b;
+        b.op = op;
+        b.flags = flags;
+        b.n = n;
+        b.key_data = key_data;
+        b.key_bytes = key_bytes;
+        b.results = results;
+        return e.submit(b, true, nullptr);
+    });
+}
+
 int mcs_release(mcs_client *c, uint64_t id) {
     return with_client(c, [&](mcs::Engine &e) { return e.release(id); });
 }
