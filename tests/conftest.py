@@ -9,6 +9,7 @@ are added to its report.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,12 @@ from typing import Any
 import pytest
 
 from mooncake_cffi.cluster import LocalCluster
+
+# A suite started as a background job inherits SIGINT ignored, and so would every mcl2 it
+# starts (Python installs no KeyboardInterrupt handler then, as Unix tools should).  The
+# signal tests need Ctrl-C delivered: restore it here, and so for the processes started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 LOG_TAIL_LINES = 30
 LOG_LINE_CHARS = 500
