@@ -8,7 +8,6 @@ the shim alive until its batch completes, and raises the error for what did not 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -50,7 +49,19 @@ class BlockingCalls(ClientHandle):
             return 0
         if t <= 0:
             raise ValueError(f"timeout must be positive seconds or None, not {t!r}")
-        return max(1, math.ceil(t * 1000 - 0.5))  # what a plan's first step has left: 1000
+        # Rounded: a plan's first step, microseconds in, still shows the whole deadline.
+        return max(1, round(t * 1000))
+
+    def _private(self, timeout: Any, rb: ReusedBatch) -> bool:
+        """Whether a call takes a private batch instead of the thread's reused one: it has a
+        deadline (the shim may keep a timed-out batch), timed-out batches wait to be
+        reaped, or the reused batch is in use (a finalizer or signal handler calling in
+        mid-call)."""
+        return (
+            (self.op_timeout if timeout is DEFAULT else timeout) is not None
+            or bool(self._orphans)
+            or rb.busy
+        )
 
     def _run_packed(self, packed: Packed, timeout: Any = DEFAULT, what: str = "") -> int:
         """Run a packed batch; its id (for GET_BUFFER's release).  Raises if it did not run."""
@@ -83,11 +94,7 @@ class BlockingCalls(ClientHandle):
     ) -> list[int]:
         start = time.monotonic() if self.retry is not None else 0.0
         rb = self._reused()
-        if (
-            (self.op_timeout if timeout is DEFAULT else timeout) is not None
-            or self._orphans
-            or rb.busy  # a finalizer or signal handler calling in mid-call
-        ):
+        if self._private(timeout, rb):
             packed = Packed(
                 op,
                 keys,
@@ -99,18 +106,17 @@ class BlockingCalls(ClientHandle):
             )
             self._run_packed(packed, timeout, OPS[op])
             results = packed.unpack()
+        elif len(keys) == 1 and buffers is not None and replicate_config is None:
+            results = [self._one_with_buffer(op, keys[0], buffers, sizes, flags, writable, timeout)]
         else:
             rb.busy = True
             try:
-                if len(keys) == 1 and buffers is not None and replicate_config is None:
-                    results = [self._one_with_buffer(op, keys, buffers, sizes, flags, writable)]
-                else:
-                    keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
-                    rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
-                    del keep
-                    if rc:
-                        raise refused(rc, keys)
-                    results = results_list(rb.results, len(keys))
+                keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
+                rc = lib.mcs_run(self._h(), ffi.NULL, rb.batch)
+                del keep
+                if rc:
+                    raise refused(rc, keys)
+                results = results_list(rb.results, len(keys))
             finally:
                 rb.busy = False
         if self.retry is not None and results and min(results) < 0:
@@ -131,27 +137,21 @@ class BlockingCalls(ClientHandle):
     def _one_with_buffer(
         self,
         op: int,
-        keys: list[Any],
+        key: Any,
         buffers: Sequence[Any],
         sizes: Sequence[int] | None,
         flags: int,
         writable: bool,
+        timeout: Any,
     ) -> int:
-        """A one-key get / put through ``mcs_run_one``; its result.  The caller holds the
-        thread's reused batch (its results slot receives the outcome)."""
+        """A one-key get / put (no deadline) through :meth:`_single`; its result."""
         if len(buffers) != 1:
             raise InvalidArgumentError(
                 MCS_E_INVALID_ARG, f"1 key but {len(buffers)} buffers: they must pair up"
             )
-        key = keys[0]
-        kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
         cbuf = from_buffer(buffers[0], 0, writable)
         size = len(cbuf) if sizes is None else checked_sizes(sizes, [len(cbuf)])[0]
-        rb = self._tls.batch
-        rc = lib.mcs_run_one(self._h(), rb.results, op, flags, kb, len(kb), cbuf, size)
-        if rc:
-            raise error_for(rc, _binding.last_error())
-        return rb.results[0]
+        return self._single(op, key, timeout, flags, cbuf, size)
 
     def _retried(
         self,
@@ -169,11 +169,9 @@ class BlockingCalls(ClientHandle):
     ) -> list[int]:
         """``results`` after the client's retry policy tried the retryable keys again, each
         attempt within what is left of the call's deadline."""
-        limit = self.op_timeout if timeout is DEFAULT else timeout
-        deadline = None if limit is None else start + limit
+        deadline = Deadline(self.op_timeout if timeout is DEFAULT else timeout, start)
 
         def rerun(idx: list[int]) -> list[int]:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             packed = Packed(
                 op,
                 [keys[i] for i in idx],
@@ -183,10 +181,10 @@ class BlockingCalls(ClientHandle):
                 writable=writable,
                 replicate_config=replicate_config,
             )
-            self._run_packed(packed, left, OPS[op])
+            self._run_packed(packed, deadline.left(), OPS[op])
             return packed.unpack()
 
-        return retry_keys(self.retry, results, rerun, deadline)
+        return retry_keys(self.retry, results, rerun, deadline.end)
 
     def _keys_list(self, op: int, keys: list[Any], flags: int, timeout: Any) -> list[int]:
         """A batch of keys only, as a list of results, retried per the client's policy."""
@@ -212,31 +210,19 @@ class BlockingCalls(ClientHandle):
         or signal handler calling in mid-call), through a private batch.
         """
         n = len(keys)
-        try:
-            rb = self._tls.batch
-        except AttributeError:
-            rb = self._reused()
-        if (
-            (self.op_timeout if timeout is DEFAULT else timeout) is not None
-            or self._orphans
-            or rb.busy
-        ):
+        rb = self._reused()
+        if self._private(timeout, rb):
             packed = Packed(op, keys, flags=flags)
             self._run_packed(packed, timeout, OPS[op])
             answer = convert(packed.results, n)
             return answer, (None if answer is not None else packed.unpack())
-        # The lookup hot path, flat on purpose: every Python call level costs about a
-        # microsecond here, when the caches are cold after a Mooncake round trip.  The
-        # packed keys go to mcs_run_keys as they are (cffi passes a bytes object's own
-        # buffer, NUL-terminated), the outcomes land in the thread's results array.
+        # The packed keys go to mcs_run_keys as they are (cffi passes a bytes object's own
+        # buffer, NUL-terminated); the outcomes land in the thread's results array.
         rb.busy = True
         try:
             if n > rb.cap:
                 rb.grow(n)
-            try:
-                packed = "\0".join(keys).encode()  # str keys: pack_keys' first step
-            except (TypeError, UnicodeEncodeError):
-                packed = pack_keys(keys)
+            packed = pack_keys(keys)
             rc = lib.mcs_run_keys(
                 self._handle or self._h(), rb.results, op, flags, packed, len(packed) + 1, n
             )
@@ -278,36 +264,49 @@ class BlockingCalls(ClientHandle):
             except StopIteration as done:
                 return done.value
 
-    def _single(self, op: int, key: Any, timeout: Any, flags: int = 0, buf: Any = None) -> int:
+    def _single(
+        self,
+        op: int,
+        key: Any,
+        timeout: Any,
+        flags: int = 0,
+        buf: Any = None,
+        size: int | None = None,
+    ) -> int:
         """One key through ``mcs_run_one``: the small-operation fast path (no struct to fill).
 
-        ``buf`` is cdata of a read buffer (GET).  With a deadline the call goes through a
-        private batch (the shim may keep it after a timeout); so does a call made while this
-        thread's result slot is in use (a finalizer or signal handler calling in mid-call).
+        ``buf`` is cdata of the key's buffer (GET, PUT, UPSERT), ``size`` its length to use
+        (default: all of it).  The outcome lands in the thread's reused results array; a
+        call that needs a private batch (see :meth:`_private`) gets one.
         """
-        if self._orphans:
-            self._reap()
-        try:
-            res, busy = self._tls.single
-        except AttributeError:
-            res, busy = self._tls.single = (ffi.new("int64_t[1]"), [False])
+        rb = self._reused()
+        if self._private(timeout, rb):
+            return self._single_run([key], op, buf, size, flags=flags, timeout=timeout)
         kb = key.encode() if type(key) is str and key.isascii() else encode_key(key, 0)
-        if self._deadline_ms(timeout) or busy[0]:
-            return self._single_run([key], op, buf, flags=flags, timeout=timeout)
-        busy[0] = True
+        if buf is None:
+            buf, size = ffi.NULL, 0
+        elif size is None:
+            size = len(buf)
+        rb.busy = True
         try:
-            if buf is None:
-                rc = lib.mcs_run_one(self._h(), res, op, flags, kb, len(kb), ffi.NULL, 0)
-            else:
-                rc = lib.mcs_run_one(self._h(), res, op, flags, kb, len(kb), buf, len(buf))
+            rc = lib.mcs_run_one(self._h(), rb.results, op, flags, kb, len(kb), buf, size)
             if rc < 0:
                 raise error_for(rc, _binding.last_error())
-            return res[0]
+            return rb.results[0]
         finally:
-            busy[0] = False
+            rb.busy = False
 
-    def _single_run(self, keys: list[Any], op: int, buf: Any, *, flags: int, timeout: Any) -> int:
-        packed = Packed(op, keys, None if buf is None else [buf], flags=flags, writable=op == _GET)
+    def _single_run(
+        self, keys: list[Any], op: int, buf: Any, size: int | None, *, flags: int, timeout: Any
+    ) -> int:
+        packed = Packed(
+            op,
+            keys,
+            None if buf is None else [buf],
+            None if buf is None or size is None else [size],
+            flags=flags,
+            writable=op == _GET,
+        )
         self._run_packed(packed, timeout, OPS[op])
         return packed.results[0]
 

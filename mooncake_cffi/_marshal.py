@@ -191,8 +191,8 @@ class ReusedBatch:
 
     The shim is done with a batch when such an ``mcs_run`` returns, so the struct and its
     arrays (grown as needed, never shrunk) serve the thread's next call: a call allocates
-    no cdata but its packed keys and one view per buffer.  Keys-only calls use just its
-    ``results`` (``mcs_run_keys`` takes the packed keys as they are).  Not for GET_BUFFER
+    no cdata but its packed keys and one view per buffer.  Keys-only and one-key calls use
+    just its ``results`` (``mcs_run_keys`` / ``mcs_run_one`` need no struct).  Not for GET_BUFFER
     (its values outlive the call) nor for calls with a deadline (the shim may keep a
     timed-out batch).
     """

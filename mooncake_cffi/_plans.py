@@ -46,7 +46,7 @@ Request = tuple[int, list[Any], list[Any] | None]
 
 
 class Deadline:
-    """What is left of a plan's time limit, for each of its steps (None: no limit).
+    """What is left of a call's time limit, for each of its steps (None: no limit).
 
     A plan of several round trips answers within the limit of the call as a whole: each
     step gets what the steps before it left (at least 1 ms, so a late step times out
@@ -54,8 +54,10 @@ class Deadline:
 
     __slots__ = ("end",)
 
-    def __init__(self, limit: float | None) -> None:
-        self.end = None if limit is None else time.monotonic() + limit
+    def __init__(self, limit: float | None, start: float | None = None) -> None:
+        """``limit`` seconds from ``start`` (a time.monotonic() reading; default now)."""
+        begin = time.monotonic() if start is None else start
+        self.end = None if limit is None else begin + limit
 
     def left(self) -> float | None:
         return None if self.end is None else max(0.001, self.end - time.monotonic())
