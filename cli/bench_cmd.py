@@ -201,10 +201,10 @@ def bench(
         interrupted = exc
     finally:
         with held_signals():
-            left, cleanup_error = cleanup(client, sorted(runner.written))
-            # Normally gone already; an interrupted warm-up may have left some.
+            timed_left, cleanup_error = cleanup(client, sorted(runner.written))
+            # Empty unless the warm-up was cut short or could not remove everything.
             warm_left, warm_error = cleanup(client, sorted(warm_runner.written))
-            left, cleanup_error = left + warm_left, cleanup_error or warm_error
+    left, cleanup_error = timed_left + warm_left, cleanup_error or warm_error
     report = {
         "prefix": prefix,
         "keys": n_keys,
@@ -214,7 +214,7 @@ def bench(
         "repeat": repeat,
         "warmup": warm_report,
         "results": [r.as_dict() for r in results],
-        "removed": len(runner.written) - (left - warm_left),
+        "removed": len(runner.written) - timed_left,
         "left_behind": left,
     }
     if left:
