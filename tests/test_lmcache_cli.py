@@ -22,9 +22,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
+from lmcache_helpers import spec
 
 pytest.importorskip("lmcache")
 
@@ -38,18 +38,6 @@ KV_SHAPE = "(2,64,16,2,64):float16:2"  # 2 layers, 64 blocks of 16 tokens: 2 chu
 def lmcache(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LMCACHE), *args], capture_output=True, text=True, env=ENV, timeout=timeout
-    )
-
-
-def spec(kind: str, params: dict[str, Any]) -> str:
-    cls = "MooncakeL2Adapter" if kind == "plugin" else "MooncakeConnector"
-    return json.dumps(
-        {
-            "type": kind,
-            "module_path": "mooncake_cffi.lmcache",
-            "class_name": cls,
-            "adapter_params": params,
-        }
     )
 
 

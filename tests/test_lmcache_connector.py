@@ -12,13 +12,13 @@ import ctypes
 import gc
 import importlib.util
 import logging
-import select
 import threading
 import uuid
 import warnings
 from typing import Any
 
 import pytest
+from lmcache_helpers import WAIT_S, readable
 
 from mooncake_cffi import UnknownConfigKeyWarning
 from mooncake_cffi.lmcache import MooncakeConnector
@@ -30,20 +30,12 @@ from mooncake_cffi.status import (
 )
 from mooncake_cffi.status import name as status_name
 
-WAIT_S = 10.0
-
 
 def buf(data: bytes | int) -> memoryview:
     """A writable byte memoryview over a ctypes array, like the ones LMCache passes."""
     if isinstance(data, int):
         return memoryview((ctypes.c_ubyte * data)())
     return memoryview((ctypes.c_ubyte * len(data)).from_buffer_copy(data))
-
-
-def readable(fd: int, timeout: float) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(int(timeout * 1000)))
 
 
 def wait_for(conn: MooncakeConnector, ids: list[int]) -> dict[int, tuple]:

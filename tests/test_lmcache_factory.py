@@ -12,8 +12,6 @@ Needs lmcache (``scripts/install_lmcache.sh``); skipped without it.
 from __future__ import annotations
 
 import argparse
-import json
-import select
 import uuid
 import warnings
 from typing import Any
@@ -36,7 +34,7 @@ from lmcache.v1.memory_management import (  # noqa: E402
     MemoryObjMetadata,
     TensorMemoryObj,
 )
-from lmcache.v1.platform import consume_fd  # noqa: E402
+from lmcache_helpers import signalled, spec  # noqa: E402
 
 import mooncake_cffi.lmcache as plugin  # noqa: E402
 from mooncake_cffi.lmcache import compat  # noqa: E402
@@ -50,19 +48,6 @@ UNREACHABLE = {
 }
 
 
-def spec(kind: str, params: dict[str, Any], **top: Any) -> str:
-    cls = "MooncakeL2Adapter" if kind == "plugin" else "MooncakeConnector"
-    return json.dumps(
-        {
-            "type": kind,
-            "module_path": "mooncake_cffi.lmcache",
-            "class_name": cls,
-            "adapter_params": params,
-            **top,
-        }
-    )
-
-
 def parse(*specs: str):
     parser = argparse.ArgumentParser()
     add_l2_adapters_args(parser)
@@ -70,18 +55,6 @@ def parse(*specs: str):
     for s in specs:
         args += ["--l2-adapter", s]
     return parse_args_to_l2_adapters_config(parser.parse_args(args))
-
-
-def signalled(fd: int, timeout: float = 10.0) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    if not poller.poll(int(timeout * 1000)):
-        return False
-    try:
-        consume_fd(fd)
-    except BlockingIOError:
-        pass
-    return True
 
 
 def key(i: int) -> ObjectKey:

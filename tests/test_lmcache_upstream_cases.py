@@ -13,7 +13,6 @@ Needs lmcache (``scripts/install_lmcache.sh``); skipped without it.
 
 from __future__ import annotations
 
-import select
 import uuid
 from typing import Any
 
@@ -31,12 +30,11 @@ from lmcache.v1.memory_management import (  # noqa: E402
     MemoryObjMetadata,
     TensorMemoryObj,
 )
-from lmcache.v1.platform import consume_fd  # noqa: E402
+from lmcache_helpers import signalled  # noqa: E402
 
 from mooncake_cffi.lmcache import MooncakeConnector  # noqa: E402
 
 LAYOUT = {0: MemoryLayoutDesc(shapes=[], dtypes=[])}
-WAIT_S = 10.0
 
 
 def object_key(chunk: int, model: str = "org/test-model") -> ObjectKey:
@@ -68,18 +66,6 @@ def padded_obj(logical: int = 4000, physical: int = 4096, fill: int = 7):
         ref_count=1,
     )
     return TensorMemoryObj(arena[:logical], meta, parent_allocator=None), arena
-
-
-def signalled(fd: int, timeout: float = WAIT_S) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    if not poller.poll(int(timeout * 1000)):
-        return False
-    try:
-        consume_fd(fd)
-    except BlockingIOError:
-        pass
-    return True
 
 
 def store(adp: NativeConnectorL2Adapter, keys: list[ObjectKey], objs: list[Any]) -> dict:
