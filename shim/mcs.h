@@ -31,8 +31,8 @@
  *    are byte strings: non-empty, without NUL bytes.
  *  - Inputs are copied or only read during the call, except where a
  *    declaration says otherwise: the transfer buffers (`bufs`) and the
- *    `results` / `values` arrays of a batch submitted with mcs_submit(), or
- *    of an mcs_run() that timed out, are NOT copied: the caller keeps them
+ *    `results` / `values` arrays of a batch submitted with mcs_client_submit(), or
+ *    of an mcs_client_run() that timed out, are NOT copied: the caller keeps them
  *    alive and untouched until that batch's completion has been drained.
  *  - No C++ exception crosses this boundary; an unexpected one becomes
  *    MCS_E_INTERNAL with its message in mcs_last_error().
@@ -53,8 +53,36 @@
 #define MCS_VERSION_MAJOR 0
 #define MCS_VERSION_MINOR 1
 #define MCS_VERSION_PATCH 0
-/* Bumped whenever a declaration below changes incompatibly. */
-#define MCS_ABI_VERSION 2
+/* Bumped whenever a declaration below changes incompatibly.
+ *
+ * ABI history / compatibility
+ *  3  Replica options as plain data: struct mcs_replica_options (with
+ *     mcs_replica_options_init) replaces the pointer to Mooncake's C++
+ *     ReplicateConfig in struct mcs_batch (field `replica`) and in
+ *     mcs_client_set_replica_options() (was
+ *     mcs_client_set_default_replicate_config); mcs_replicate_config_typeid
+ *     is gone.  mcs_load() takes the wheel's version, which picks the layout
+ *     of the ReplicateConfig the shim builds (see mcs_load).
+ *     Data calls renamed into the client namespace: mcs_submit, mcs_run,
+ *     mcs_run_one, mcs_run_keys, mcs_release, mcs_drain and mcs_wait are now
+ *     mcs_client_submit, _run, _run_one, _run_keys, _release, _drain, _wait
+ *     (same parameters).  mcs_client_drain() lost its elem_size parameter:
+ *     out[0].struct_size carries it, as struct_size does for every struct.
+ *     Added: multi-part values (struct mcs_batch.part_counts at its end,
+ *     MCS_FLAG_TAIL_PART), mcs_client_remove_all, _remove_by_regex,
+ *     _health_check, MCS_E_UNSUPPORTED, mcs_replica_layout; later, within
+ *     ABI 3: mcs_client_register_buffer, mcs_client_unregister_buffer and
+ *     mcs_client_get_into_ranges (struct mcs_ranges); the client option
+ *     "integrity" with MCS_E_CORRUPT and mcs_client_integrity_stats
+ *     (struct mcs_integrity_stats).
+ *  2  Batches as struct mcs_batch with packed keys; struct_size on the
+ *     growable structs; GET_BUFFER with mcs_release; per-operation stats.
+ *  1  The first ABI: per-operation lanes, completions, L1 registration.
+ * Within one ABI version, structs only grow at their end (struct_size tells
+ * the library how much of them a caller knows) and functions are only added.
+ * The Python package refuses a library whose MCS_ABI_VERSION differs from its
+ * header's. */
+#define MCS_ABI_VERSION 3
 
 #if defined(__GNUC__)
 #define MCS_API __attribute__((visibility("default")))
@@ -86,6 +114,11 @@ enum mcs_status {
     MCS_E_TIMEOUT = -10012,        /* a wait ran out */
     MCS_E_NOMEM = -10013,          /* allocation failed */
     MCS_E_STATE = -10014,          /* not allowed in the current state */
+    MCS_E_UNSUPPORTED = -10015,    /* the loaded Mooncake wheel cannot do this */
+    MCS_E_CORRUPT = -10016,        /* a value did not verify (client option
+                                      "integrity"): its checksum trailer is
+                                      missing or does not match its bytes,
+                                      still after re-reading it */
     MCS_E_INTERNAL = -10099        /* unexpected exception inside the shim */
 };
 
@@ -100,7 +133,7 @@ enum mcs_op {
     MCS_OP_GET_BUFFER = 6 /* retrieve lane, no bufs: Mooncake reads each value
                           into its own local buffer (one round trip for the
                           batch).  result: the value's size, with values[i]
-                          pointing at its bytes until mcs_release(); or
+                          pointing at its bytes until mcs_client_release(); or
                           MCS_GET_UNREAD when Mooncake could not read it this
                           way (missing, its local buffer full, an error): ask
                           again with MCS_OP_EXISTS / SIZE / GET. */
@@ -116,11 +149,18 @@ enum mcs_lane_id {
     MCS_LANE_COUNT = 5
 };
 
-/* Flags for mcs_submit() / mcs_run(). */
+/* Flags for mcs_client_submit() / mcs_client_run(). */
 enum mcs_flags {
-    MCS_FLAG_FORCE = 1,        /* REMOVE: ignore the read lease */
-    MCS_FLAG_SKIP_EXISTING = 2 /* PUT: look keys up first; present ones are
-                                  not sent and get MCS_PUT_EXISTED */
+    MCS_FLAG_FORCE = 1,         /* REMOVE: ignore the read lease */
+    MCS_FLAG_SKIP_EXISTING = 2, /* PUT: look keys up first; present ones are
+                                   not sent and get MCS_PUT_EXISTED.  On a
+                                   client with "integrity" the trailer of
+                                   each key sent is read back (16 bytes):
+                                   one that holds another write gets
+                                   MCS_PUT_EXISTED too (see mcs_client_create) */
+    MCS_FLAG_TAIL_PART = 4      /* GET with part_counts: each key's last part
+                                   receives the value's last bytes (see
+                                   struct mcs_batch) */
 };
 
 /* Per-key PUT result (positive, so not an error) for a key that already
@@ -156,43 +196,151 @@ struct mcs_lanes {
                                 0 = 64, 1 = never merge */
 };
 
-/* One batch: its operation, keys, buffers and result arrays.  Read during
- * mcs_submit() / mcs_run(); see each field for what must outlive the call. */
-struct mcs_batch {
-    uint32_t struct_size;         /* sizeof(struct mcs_batch) */
-    int32_t op;                   /* enum mcs_op */
-    int32_t flags;                /* enum mcs_flags */
-    int32_t timeout_ms;           /* mcs_run(): give up waiting after this long
-                                     (MCS_E_TIMEOUT; the batch goes on and posts
-                                     a completion).  <= 0: wait until done. */
-    uint64_t n;                   /* number of keys, >= 1 */
-    const char *key_data;         /* packed key bytes (copied) */
-    uint64_t key_bytes;           /* size of key_data; no key may reach past it */
-    const uint64_t *key_offsets;  /* n + 1 offsets into key_data (copied), or
-                                     NULL: key_data holds exactly n
-                                     NUL-terminated keys back to back,
-                                     key_bytes of them in all */
-    void *const *bufs;            /* GET: n destinations; PUT/UPSERT: n sources;
-                                     NULL for other ops.  Borrowed. */
-    const uint64_t *sizes;        /* their capacities / lengths (copied) */
-    const void *replicate_config; /* PUT/UPSERT: a mooncake::ReplicateConfig,
-                                    or NULL for the client's default.  Borrowed. */
-    int64_t *results;             /* out: n per-key results (enum mcs_op) */
-    const void **values;          /* out, GET_BUFFER only: n pointers */
+/* Soft pin a write asks for (Mooncake's SoftPinAction). */
+enum mcs_soft_pin {
+    MCS_SOFT_PIN_PRESERVE = 0, /* keep the key's soft pin as it is (new keys: none) */
+    MCS_SOFT_PIN_ENABLE = 1,   /* pin: evicted only after unpinned keys */
+    MCS_SOFT_PIN_DISABLE = 2   /* unpin */
 };
 
-/* One finished batch, as returned by mcs_drain(). */
+/* A list of strings packed like keys without offsets: `data` holds exactly n
+ * NUL-terminated strings back to back, `bytes` bytes in all (so bytes >= n);
+ * strings may be empty.  n == 0: the empty list (data may be NULL). */
+struct mcs_strings {
+    const char *data;
+    uint64_t bytes;
+    uint64_t n;
+};
+
+/* How a PUT / UPSERT stores its values: Mooncake's ReplicateConfig as plain
+ * data.  Start from mcs_replica_options_init() (Mooncake's defaults, and
+ * struct_size), then set fields.  Every function that takes one copies it
+ * during the call: nothing in it needs to outlive that call.
+ *
+ * The shim builds Mooncake's C++ ReplicateConfig from it in the layout of the
+ * loaded wheel (see mcs_load).  A field that wheel lacks may only hold its
+ * default; any other value is refused with MCS_E_UNSUPPORTED naming the field
+ * and the version it needs, never silently dropped.  Wheels before 0.3.13
+ * have a soft-pin flag instead of an action: ENABLE sets it, PRESERVE and
+ * DISABLE leave it clear. */
+struct mcs_replica_options {
+    uint32_t struct_size;                      /* sizeof(struct mcs_replica_options) */
+    int32_t soft_pin_action;                   /* enum mcs_soft_pin; default PRESERVE */
+    uint64_t replica_num;                      /* memory replicas, each on its own segment;
+                                                  default 1.  Passed on as given (Mooncake
+                                                  refuses 0 unless another kind is asked for) */
+    uint64_t nof_replica_num;                  /* NoF replicas (0.3.11+); default 0 */
+    uint64_t dfs_replica_num;                  /* DFS replicas (0.3.13+); default 0 */
+    uint64_t soft_pin_ttl_ms;                  /* the soft pin's lifetime, when has_soft_pin_ttl */
+    int32_t has_soft_pin_ttl;                  /* 1: use soft_pin_ttl_ms (0.3.13+); 0 (default):
+                                                  the master's default TTL */
+    int32_t with_hard_pin;                     /* 1: never evicted; default 0 */
+    int32_t prefer_alloc_in_same_node;         /* default 0 */
+    int32_t data_type;                         /* Mooncake's ObjectDataType, 0 (UNKNOWN, the
+                                                  default) .. 255 (0.3.11+) */
+    struct mcs_strings preferred_segments;     /* segments ("host:port") to
+                                                  place replicas on first */
+    const char *preferred_segment;             /* deprecated single segment;
+                                                  NULL or "" = none */
+    struct mcs_strings preferred_nof_segments; /* (0.3.11+) */
+    struct mcs_strings group_ids;              /* per-key routing groups (0.3.12+), one per
+                                                  key of the batch ("" = ungrouped), when
+                                                  has_group_ids; not in a client default */
+    int32_t has_group_ids;                     /* 0 (default): no groups */
+    int32_t reserved;                          /* 0 */
+};
+
+/* One batch: its operation, keys, buffers and result arrays.  Read during
+ * mcs_client_submit() / mcs_client_run(); see each field for what must outlive the call. */
+struct mcs_batch {
+    uint32_t struct_size;                      /* sizeof(struct mcs_batch) */
+    int32_t op;                                /* enum mcs_op */
+    int32_t flags;                             /* enum mcs_flags */
+    int32_t timeout_ms;                        /* mcs_client_run(): give up waiting after this long
+                                                  (MCS_E_TIMEOUT; the batch goes on and posts
+                                                  a completion).  <= 0: wait until done. */
+    uint64_t n;                                /* number of keys, >= 1 */
+    const char *key_data;                      /* packed key bytes (copied) */
+    uint64_t key_bytes;                        /* size of key_data; no key may reach past it */
+    const uint64_t *key_offsets;               /* n + 1 offsets into key_data (copied), or
+                                                  NULL: key_data holds exactly n
+                                                  NUL-terminated keys back to back,
+                                                  key_bytes of them in all */
+    void *const *bufs;                         /* GET: n destinations; PUT/UPSERT: n sources;
+                                                  NULL for other ops.  Borrowed. */
+    const uint64_t *sizes;                     /* their capacities / lengths (copied) */
+    const struct mcs_replica_options *replica; /* PUT/UPSERT: how to store, or
+                                                  NULL for the client's default
+                                                  (copied); NULL for other ops */
+    int64_t *results;                          /* out: n per-key results (enum mcs_op) */
+    const void **values;                       /* out, GET_BUFFER only: n pointers */
+    const uint32_t *part_counts;               /* GET/PUT/UPSERT: NULL (one buffer per
+                                                  key), or n counts >= 1 (copied): see
+                                                  "Multi-part values" below */
+};
+
+/* Multi-part values (part_counts != NULL).  Key i owns part_counts[i]
+ * consecutive entries of bufs / sizes, after those of keys 0..i-1, so bufs and
+ * sizes then hold sum(part_counts) entries, each a non-NULL buffer of a
+ * non-zero size.
+ *  PUT / UPSERT: the value is the concatenation of the key's parts, in order
+ *    (Mooncake's batch_put_from_multi_buffers; UPSERT needs a wheel that has
+ *    batch_upsert_from_multi_buffers, 0.3.13 on, else MCS_E_UNSUPPORTED).
+ *  GET: the value's bytes fill the key's parts in order, leading parts whole,
+ *    the part where the value ends partly, later parts untouched; the result
+ *    is the value's size.  With MCS_FLAG_TAIL_PART the key's last part
+ *    receives the value's last bytes and is filled exactly (a value shorter
+ *    than it fails with -600), the bytes before them fill the other parts as
+ *    above: so [a buffer of the largest value, a trailer buffer] reads a value
+ *    stored with a trailer after it, wherever its end falls.  A value longer
+ *    than all its parts together fails with -600 INVALID_PARAMS.
+ * Mooncake's own batch_get_into_multi_buffers reads only when the parts'
+ * total is exactly the value's size (larger: -800 TRANSFER_FAIL, smaller:
+ * -600, nothing written); the shim tries that first and, for a key it
+ * refused, asks for the size and reads again into the parts cut to it (two
+ * more round trips for that key).  Mooncake reports multi-part results as
+ * int: values of 2 GiB or more are not supported this way.  The batch is not
+ * merged with others (coalesce_keys) and tiles split it between keys, never
+ * inside one. */
+
+/* Byte ranges of values read into buffers (mcs_client_get_into_ranges, which
+ * is Mooncake's get_into_ranges).  Buffer b (0 <= b < n_bufs) at bufs[b]
+ * receives ranges of keys_per_buf[b] keys; the keys of all buffers, in
+ * buffer order, are packed in key_data as for mcs_client_run_keys(): exactly
+ * sum(keys_per_buf) NUL-terminated keys back to back, key_bytes in all (a key
+ * may appear more than once).  Key k (in that order) has ranges_per_key[k]
+ * ranges, numbered on from the ranges of the keys before it; range r copies
+ * sizes[r] bytes from offset src_offsets[r] of the key's value to offset
+ * dst_offsets[r] of its key's buffer.  Every array is read during the call
+ * only; results (one per range) is filled by it.  Arrays whose count is 0
+ * may be NULL. */
+struct mcs_ranges {
+    uint32_t struct_size;           /* sizeof(struct mcs_ranges) */
+    uint32_t reserved;              /* 0 */
+    uint64_t n_bufs;                /* buffers, >= 0 */
+    void *const *bufs;              /* n_bufs destinations (registered memory) */
+    const uint64_t *keys_per_buf;   /* n_bufs counts */
+    const char *key_data;           /* the packed keys */
+    uint64_t key_bytes;             /* size of key_data */
+    const uint64_t *ranges_per_key; /* one count per key */
+    const uint64_t *dst_offsets;    /* one per range: into its key's buffer */
+    const uint64_t *src_offsets;    /* one per range: into the key's value */
+    const uint64_t *sizes;          /* one per range: bytes to copy */
+    int64_t *results;               /* out, one per range: bytes read, or <0 */
+};
+
+/* One finished batch, as returned by mcs_client_drain(). */
 struct mcs_completion {
-    uint32_t struct_size; /* set by the library */
+    uint32_t struct_size; /* out[0]'s set by the caller (see mcs_client_drain) */
     int32_t op;           /* enum mcs_op */
-    uint64_t id;          /* as returned by mcs_submit() / a timed-out mcs_run() */
+    uint64_t id;          /* as returned by mcs_client_submit() / a timed-out mcs_client_run() */
     int32_t status;       /* 0: the batch ran (outcomes in results); <0: it did
                              not run (results undefined) */
     int32_t first_error;  /* the first per-key error, 0 if none; -704 and
                              MCS_GET_UNREAD are reported per key only */
     uint32_t n_keys;
     uint32_t n_failed; /* keys whose result is an error (not -704) */
-    int32_t timed_out; /* 1: an mcs_run() caller stopped waiting for it */
+    int32_t timed_out; /* 1: an mcs_client_run() caller stopped waiting for it */
     uint32_t reserved;
     char message[240]; /* why, when status or first_error != 0 */
 };
@@ -229,7 +377,7 @@ struct mcs_op_stats {
     uint64_t failed_calls;   /* batches with a failure */
     uint64_t failed_keys;    /* keys with an error */
     uint64_t bytes;          /* bytes moved (GET, GET_BUFFER, PUT, UPSERT) */
-    uint64_t timeouts;       /* mcs_run() callers that stopped waiting */
+    uint64_t timeouts;       /* mcs_client_run() callers that stopped waiting */
     uint64_t no_space;       /* keys failed with NO_AVAILABLE_HANDLE (-200) */
     double sum_us;           /* total batch latency, submit to completion */
     uint64_t buckets[24];    /* latency histogram: bucket i counts batches
@@ -238,6 +386,16 @@ struct mcs_op_stats {
     uint64_t error_keys[16]; /* ... and how many keys failed with each
                                 (0 marks an unused slot); later new codes
                                 count in failed_keys only */
+};
+
+/* Counters of a client's value verification (mcs_client_integrity_stats). */
+struct mcs_integrity_stats {
+    uint32_t struct_size; /* set by the caller: sizeof(struct mcs_integrity_stats) */
+    int32_t enabled;      /* 1: the client was created with "integrity": "crc32c" */
+    uint64_t written;     /* values stored with a trailer */
+    uint64_t verified;    /* values read whose trailer matched */
+    uint64_t retried;     /* re-reads of values that did not verify */
+    uint64_t failed;      /* keys answered MCS_E_CORRUPT */
 };
 
 typedef struct mcs_client mcs_client;
@@ -262,11 +420,35 @@ MCS_API const char *mcs_last_error(void);
 /* --- loading Mooncake (process-wide) --- */
 
 /* dlopen()s Mooncake's store.so at `store_so_path` and resolves every symbol
- * the shim uses, naming any that is missing.  Idempotent: later calls with
- * any path return 0 once loaded.  Silences Mooncake's logging (level 3). */
-MCS_API int mcs_load(const char *store_so_path);
+ * the shim uses, naming any that is missing.  `mooncake_version` is the
+ * version of the wheel that store.so came from, as pip shows it
+ * ("0.3.13.post1"); it picks the layout of mooncake::ReplicateConfig, which
+ * the shim builds for every write and which changed between wheels:
+ *   0.3.10.post2                 the 0.3.10 layout
+ *   0.3.11, 0.3.11.post1         the 0.3.11 layout (+ NoF replicas, data_type)
+ *   0.3.12, 0.3.12.post1         the 0.3.12 layout (+ host_id, group_ids)
+ *   0.3.13, 0.3.13.post1         the 0.3.13 layout (+ DFS replicas, soft-pin
+ *                                action and TTL instead of a flag)
+ * The choice is checked against store.so itself: ReplicateConfig's printer
+ * in it names the fields that layout has, and a store.so whose names do not
+ * match fails to load (MCS_E_LOAD) rather than be handed a wrong layout.  For
+ * a version not listed (or NULL) the load succeeds, but every PUT / UPSERT
+ * is refused with MCS_E_UNSUPPORTED (reads, lookups and removes work); see
+ * mcs_replica_layout().  Idempotent: later calls with any arguments return 0
+ * once loaded.  Silences Mooncake's logging (level 3). */
+MCS_API int mcs_load(const char *store_so_path, const char *mooncake_version);
 /* 1 if mcs_load() has succeeded, else 0. */
 MCS_API int mcs_loaded(void);
+/* The ReplicateConfig layout in use, named by the first wheel that has it
+ * ("0.3.10", "0.3.11", "0.3.12", "0.3.13"), "unknown" when writes are refused,
+ * or "" before mcs_load().  Static storage, never NULL. */
+MCS_API const char *mcs_replica_layout(void);
+
+/* --- replica options --- */
+
+/* Sets *opts to Mooncake's defaults (replica_num 1, everything else 0 / empty)
+ * and opts->struct_size to sizeof(struct mcs_replica_options). */
+MCS_API int mcs_replica_options_init(struct mcs_replica_options *opts);
 /* Mooncake's glog threshold: 0 INFO, 1 WARNING, 2 ERROR, 3 silent (FATAL
  * only).  Process-wide. */
 MCS_API int mcs_set_log_level(int level);
@@ -275,9 +457,47 @@ MCS_API int mcs_set_log_level(int level);
 
 /* Creates a client and sets it up: the `n` key/value strings are handed to
  * Mooncake's setup unchanged.  `lanes` may be NULL for defaults.  Before the
- * setup, the master (master_server_addr) and an http:// metadata_server are
- * probed with a `probe_timeout_ms` TCP connect (0 = 2000 ms, <0 = no probe) so
- * an unreachable address fails fast with MCS_E_UNREACHABLE.  On success *out
+ * setup, whatever probe_timeout_ms says, values Mooncake would crash or hang
+ * on are refused with MCS_E_INVALID_ARG naming the key and the value:
+ * master_server_addr must be host:port (port 1..65535) or an HA entry
+ * (etcd://host:port[;host:port...], redis://..., k8s://...), protocol a
+ * transport Mooncake knows (tcp, rdma, efa, cxi, cxl, ub, ubshmem, ascend,
+ * sunrise_link, nvlink_intra, rpc_only), metadata_server non-empty without
+ * white space.  Mooncake keeps one cluster id (MC_STORE_CLUSTER_ID, which a
+ * `cluster_id` key is exported to) and one etcd connection per process: a
+ * client needing another cluster id or another etcd than this process's
+ * earlier clients is refused the same way.  Then the master and an http://
+ * metadata_server are probed with a `probe_timeout_ms` TCP connect (0 =
+ * 2000 ms, <0 = no probe) so an unreachable address fails fast with
+ * MCS_E_UNREACHABLE.
+ *
+ * One key is the shim's own and is not handed to Mooncake: "integrity",
+ * "crc32c" or "none" (also "" or absent: the default), anything else refused
+ * with MCS_E_INVALID_ARG.  With "crc32c" every PUT / UPSERT stores a 16-byte
+ * trailer right after the value's bytes, little-endian {uint32 magic
+ * 0x3149434D ("MCI1"), uint32 CRC32C of the value, uint64 nonce unique to
+ * the write}, as one more part of a multi-part write (the value is not
+ * copied; UPSERT needs a wheel with batch_upsert_from_multi_buffers, else
+ * MCS_E_UNSUPPORTED), and every GET, GET_BUFFER and SIZE checks it: results
+ * and sizes are the value's own (without the trailer).  A value whose
+ * trailer is missing or does not match its bytes (torn by a concurrent
+ * UPSERT, written by a client without the option, damaged) is read again
+ * up to 4 times over about 15 ms; if it still does not verify its key's
+ * result is MCS_E_CORRUPT, and a GET's buffer holds no verified value.
+ * A PUT with MCS_FLAG_SKIP_EXISTING then also tells the first writer: after
+ * writing, it reads back each written key's trailer with Mooncake's
+ * get_into_ranges (through 64 KiB of scratch memory the client registers
+ * once) and answers MCS_PUT_EXISTED where the key holds another write's
+ * nonce, a value of another size, or one still being written (-703); a key
+ * gone meanwhile is written again (up to 3 times).  A
+ * single-buffer GET into a buffer larger than the value may leave the
+ * trailer's 16 bytes after the value's end.  Byte ranges
+ * (mcs_client_get_into_ranges) are read as they are, unverified, and a
+ * client without the option sees every value 16 bytes longer.  Values of
+ * 2 GiB or more are not supported with the option (Mooncake reports
+ * multi-part results as int).
+ *
+ * On success *out
  * owns a client, released with mcs_client_free(); on failure *out is NULL.
  * Blocks for the setup (tens of ms).  In a child forked from a process that
  * had set up a client it fails at once with MCS_E_FORKED (Mooncake's
@@ -286,11 +506,45 @@ MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const c
                               size_t n, const struct mcs_lanes *lanes, int probe_timeout_ms);
 
 /* Stops accepting calls, lets accepted batches and calls in other threads
- * finish, joins the workers, unregisters L1 and tears Mooncake down.
- * Idempotent: later calls return 0.  Completions of finished batches stay
- * drainable until mcs_client_free().  In a forked child it only marks the
- * client closed (the parent's client cannot be torn down from there). */
+ * finish, joins the workers, releases held values, unregisters L1 and tears
+ * Mooncake down.  Idempotent: later calls return 0.  Completions of finished
+ * batches stay drainable until mcs_client_free().  In a forked child it only
+ * marks the client closed (the parent's client cannot be torn down from there).
+ *
+ * Closing, and what may go on after it returns.  When this returns, no call
+ * of the client runs or can start, Mooncake touches none of the caller's
+ * buffers again (every accepted batch has ended), held values are released
+ * and L1 is unregistered.  Mooncake's own teardown (RealClient::tearDownAll)
+ * comes last.  A client of a single master (master_server_addr host:port)
+ * waits for it (0.3-1 s).  A client of HA masters (etcd://, redis://, k8s://)
+ * waits for it at most 1 s, then leaves it to a thread of its own: Mooncake's
+ * teardown joins its leader monitor, which waits up to 30 s for a master view
+ * change (EtcdLeaderCoordinator::WaitForViewChange) and cannot be woken.  That
+ * thread, counted by mcs_teardowns_pending(), runs for the rest of that wait
+ * (at most 30 s, counted from the monitor's last wake-up), then Mooncake
+ * unmounts the client's segment (global_segment_size > 0), frees it and
+ * releases the client's port.  Meanwhile the client sends no more heartbeats
+ * (its heartbeat thread is joined first), so the master drops the client and
+ * its segment once its client TTL passes, if that comes first; until then the
+ * segment stays mounted and served (its memory is freed only after the
+ * unmount).  Creating a new client meanwhile works.  At process exit, from an
+ * on_exit() handler that runs before the exit handlers and static destructors
+ * of store.so: the exit first waits for such teardowns of clients that
+ * contribute a segment (global_segment_size not 0), for the rest of their
+ * wait, so no master is left listing memory that is gone; then, if other
+ * teardowns still run, the shim flushes stdio and ends the process with
+ * _exit(status), leaving what was not torn down to the kernel and to the
+ * master (the client's TTL) rather than destroying it under a thread that
+ * may still use it. */
 MCS_API int mcs_client_close(mcs_client *c);
+
+/* Teardowns that mcs_client_close() left running in the background (see
+ * there), of every client of the process: how many (>= 0).  Thread-safe. */
+MCS_API int mcs_teardowns_pending(void);
+
+/* Waits until no background teardown runs (0) or timeout_ms passes
+ * (MCS_E_TIMEOUT; -1 waits forever). */
+MCS_API int mcs_teardowns_wait(int timeout_ms);
 
 /* For a process that is about to _exit(): like mcs_client_close() (accepted
  * work finishes, workers are joined, L1 is unregistered) but Mooncake's own
@@ -308,15 +562,12 @@ MCS_API int mcs_client_hostname(mcs_client *c, char *buf, size_t cap);
  * already-freed handle is a no-op.  The handle is invalid afterwards. */
 MCS_API void mcs_client_free(mcs_client *c);
 
-/* Hands the shim the address of a mooncake::ReplicateConfig C++ object that
- * PUT/UPSERT use when mcs_submit() gets none.  The object is NOT copied: the
- * caller keeps it alive and unchanged until the client is freed.  Until one
- * is set, a PUT without a config fails with MCS_E_INVALID_ARG. */
-MCS_API int mcs_client_set_default_replicate_config(mcs_client *c, const void *rc);
-
-/* Address of the std::type_info of mooncake::ReplicateConfig, for pybind11's
- * type-checked pointer hand-off (see the Python package). */
-MCS_API const void *mcs_replicate_config_typeid(void);
+/* The replica options PUT / UPSERT batches use when theirs is NULL (copied;
+ * NULL restores Mooncake's defaults, which a new client starts with).
+ * Batches already accepted keep the options they were accepted with.
+ * MCS_E_UNSUPPORTED for a field the loaded wheel lacks; group_ids are per
+ * batch and refused here. */
+MCS_API int mcs_client_set_replica_options(mcs_client *c, const struct mcs_replica_options *opts);
 
 /* The completion eventfd: non-blocking, close-on-exec, readable while
  * completions wait to be drained.  Owned by the client; do not close it. */
@@ -335,70 +586,126 @@ MCS_API int mcs_client_unregister_l1(mcs_client *c);
 /* Number of registered L1 blocks (0 when none) into *blocks_out. */
 MCS_API int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out);
 
+/* --- registered memory (Mooncake's register_buffer) --- */
+
+/* Registers [ptr, ptr+size) with Mooncake as it is (Mooncake's own
+ * register_buffer): for RDMA transfers into or out of it, and for
+ * mcs_client_get_into_ranges(), which reads only into registered memory.
+ * Several regions may be registered; unlike L1, a registered region does not
+ * restrict where other transfer buffers may lie.  Mooncake's code passes
+ * through: 0, or -600 (INVALID_PARAMS) for NULL, a size of 0, or a region
+ * registered already.  The caller keeps the memory alive until it is
+ * unregistered or the client is closed (closing unregisters nothing itself:
+ * Mooncake's teardown drops its registrations). */
+MCS_API int mcs_client_register_buffer(mcs_client *c, void *ptr, uint64_t size);
+/* Unregisters a region registered with mcs_client_register_buffer() at ptr:
+ * 0, or Mooncake's -600 for an address it does not know. */
+MCS_API int mcs_client_unregister_buffer(mcs_client *c, void *ptr);
+
+/* Reads byte ranges of values into registered buffers (see struct
+ * mcs_ranges), one Mooncake call on the calling thread.  0 when it ran, each
+ * range's outcome in ranges->results: its size in bytes, or Mooncake's code
+ * (-704 a missing key; -600 a range outside its value or its buffer's
+ * registered region, a buffer not registered or NULL; -800 a transfer that
+ * failed).  A negative return when it did not run: MCS_E_INVALID_ARG for
+ * NULL arrays with non-zero counts, counts that do not add up or keys that
+ * overrun key_bytes, an empty key; MCS_E_UNSUPPORTED when the loaded wheel
+ * has no get_into_ranges; MCS_E_CLOSED.  Counted in the GET operation's
+ * statistics (one call; its keys; the bytes read). */
+MCS_API int mcs_client_get_into_ranges(mcs_client *c, const struct mcs_ranges *ranges);
+
 /* --- batches --- */
 
 /* Queues `batch` on its operation's lane and returns at once with its id in
- * *id_out.  The batch's keys and sizes are copied; its bufs, results, values
- * and replicate_config must stay valid until its completion is drained.
+ * *id_out.  The batch's keys, sizes and replica options are copied; its
+ * bufs, results and values must stay valid until its completion is drained.
  * Refused (nothing queued, no completion): MCS_E_INVALID_ARG for n == 0, bad
  * offsets, an empty key or one with a NUL byte, a NULL or zero-sized
- * buffer, missing or unexpected arrays; MCS_E_DUPLICATE_KEY for a key twice;
- * MCS_E_OUTSIDE_L1; MCS_E_QUEUE_FULL; MCS_E_CLOSED.  Exactly one completion
- * is posted per accepted batch. */
-MCS_API int mcs_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
+ * buffer, missing or unexpected arrays, malformed replica options (or
+ * group_ids not one per key); MCS_E_UNSUPPORTED for a replica field the
+ * loaded wheel lacks; MCS_E_DUPLICATE_KEY for a key twice; MCS_E_OUTSIDE_L1;
+ * MCS_E_QUEUE_FULL; MCS_E_CLOSED.  Exactly one completion is posted per
+ * accepted batch. */
+MCS_API int mcs_client_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
 
 /* Runs `batch` and waits for it: 0 when it ran (each key's outcome in its
  * results; no completion is posted), or a negative code when it was refused
- * (as for mcs_submit) or did not run.  If the lane has an idle worker slot
+ * (as for mcs_client_submit) or did not run.  If the lane has an idle worker slot
  * and no timeout is set, the batch runs on the calling thread.  With
  * batch->timeout_ms > 0, a batch not done in time makes this return
  * MCS_E_TIMEOUT with its id in *id_out (id_out may be NULL otherwise): the
  * batch goes on, its buffers and arrays must then stay valid until its
- * completion (timed_out = 1) is drained, exactly as after mcs_submit(). */
-MCS_API int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
+ * completion (timed_out = 1) is drained, exactly as after mcs_client_submit(). */
+MCS_API int mcs_client_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
 
-/* One key, run like a one-key mcs_run() without a deadline: the call for
+/* One key, run like a one-key mcs_client_run() without a deadline: the call for
  * callers whose fixed cost per call matters (no struct to fill).  `key` is
  * key_len bytes (not NUL-terminated; no NUL inside); `buf` / `size` as
  * bufs[0] / sizes[0] for GET, PUT and UPSERT, NULL / 0 for the others.  0
  * when it ran, its outcome in *result_out; otherwise a negative code as for
- * mcs_run().  MCS_OP_GET_BUFFER is refused (its value is released by batch
- * id: use mcs_run()). */
-MCS_API int mcs_run_one(mcs_client *c, int64_t *result_out, int op, int flags, const char *key,
-                        uint64_t key_len, void *buf, uint64_t size);
+ * mcs_client_run().  MCS_OP_GET_BUFFER is refused (its value is released by batch
+ * id: use mcs_client_run()). */
+MCS_API int mcs_client_run_one(mcs_client *c, int64_t *result_out, int op, int flags,
+                               const char *key, uint64_t key_len, void *buf, uint64_t size);
 
 /* A batch of keys only (MCS_OP_EXISTS, MCS_OP_SIZE, MCS_OP_REMOVE), run like
- * mcs_run() without a deadline, with no struct to fill: `key_data` holds
+ * mcs_client_run() without a deadline, with no struct to fill: `key_data` holds
  * exactly n NUL-terminated keys back to back, key_bytes in all (as
  * mcs_batch's key_data with key_offsets NULL).  Each key's outcome goes to
- * results[0..n).  0 when it ran; otherwise a negative code as for mcs_run(). */
-MCS_API int mcs_run_keys(mcs_client *c, int64_t *results, int op, int flags, const char *key_data,
-                         uint64_t key_bytes, uint64_t n);
+ * results[0..n).  0 when it ran; otherwise a negative code as for mcs_client_run(). */
+MCS_API int mcs_client_run_keys(mcs_client *c, int64_t *results, int op, int flags,
+                                const char *key_data, uint64_t key_bytes, uint64_t n);
 
 /* Releases what Mooncake holds for the values of GET_BUFFER batch `id`
  * (its values[] pointers become invalid).  Unknown ids are ignored (0).
  * Until released, the values occupy Mooncake's local buffer
  * (local_buffer_size).  mcs_client_close() releases everything. */
-MCS_API int mcs_release(mcs_client *c, uint64_t id);
+MCS_API int mcs_client_release(mcs_client *c, uint64_t id);
+
+/* --- cluster-wide operations (block the calling thread) --- */
+
+/* Removes every key of the cluster (Mooncake's removeAll; the whole cluster,
+ * not only this client's keys).  force also removes keys under a read lease.
+ * 0 with the number removed in *removed_out, or Mooncake's negative code. */
+MCS_API int mcs_client_remove_all(mcs_client *c, int64_t *removed_out, int force);
+
+/* Removes every key in which `pattern`, an ECMAScript regular expression
+ * (NUL-terminated, non-empty), finds a match (the master's std::regex_search:
+ * anchor it with ^...$ for whole keys); otherwise as mcs_client_remove_all().  A pattern the
+ * master cannot compile: -600 INVALID_PARAMS. */
+MCS_API int mcs_client_remove_by_regex(mcs_client *c, int64_t *removed_out, const char *pattern,
+                                       int force);
+
+/* Mooncake's health_check() into *status_out: 0 healthy, 1 not set up or
+ * closed (also for a closed client here), 2 master unreachable as Mooncake's
+ * own ping loop last saw it.  No liveness probe: it asks nobody, and a client
+ * with global_segment_size 0 runs no ping loop, so it stays 0 after the
+ * master dies. */
+MCS_API int mcs_client_health_check(mcs_client *c, int *status_out);
 
 /* Copies the values of a finished GET_BUFFER batch back to back into
  * dst[0..cap): for i = 0..n-1 in order, the results[i] bytes at values[i]
  * of every key with results[i] >= 0 (others are skipped), so a caller can
  * cut one buffer into values with no per-key call.  *written_out gets the
  * bytes written.  MCS_E_INVALID_ARG if they would exceed cap.  Touches no
- * client: call it before mcs_release() of that batch. */
+ * client: call it before mcs_client_release() of that batch. */
 MCS_API int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap, const void *const *values,
                        const int64_t *results, uint64_t n);
 
-/* Moves up to `cap` completions into `out`, an array of elements of
- * `elem_size` bytes (sizeof(struct mcs_completion) as the caller knows it),
- * oldest first, and returns how many (>= 0); never blocks.  Resets the
- * eventfd once none remain. */
-MCS_API int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap, size_t elem_size);
+/* Moves up to `cap` completions into `out`, oldest first, and returns how
+ * many (>= 0); never blocks.  Versioned like the other structs, through the
+ * first element only: the caller sets out[0].struct_size to
+ * sizeof(struct mcs_completion) as it was compiled, which is also the stride
+ * of the array; the library fills at most that many bytes of each element
+ * (a cut message stays NUL-terminated) and sets each filled element's
+ * struct_size to the bytes it wrote.  A struct_size that does not reach
+ * message[0] is refused (MCS_E_INVALID_ARG).  out may be NULL when cap is 0.
+ * Resets the eventfd once none remain. */
+MCS_API int mcs_client_drain(mcs_client *c, struct mcs_completion *out, size_t cap);
 
 /* Blocks until a completion is waiting or `timeout_ms` passes (-1 forever).
  * 0 when one is waiting, MCS_E_TIMEOUT otherwise. */
-MCS_API int mcs_wait(mcs_client *c, int timeout_ms);
+MCS_API int mcs_client_wait(mcs_client *c, int timeout_ms);
 
 /* --- statistics --- */
 
@@ -409,6 +716,24 @@ MCS_API int mcs_client_lane_stats(mcs_client *c, int lane, struct mcs_lane_stats
 /* Counters of operation `op` (enum mcs_op) into *out (out->struct_size set
  * by the caller). */
 MCS_API int mcs_client_op_stats(mcs_client *c, int op, struct mcs_op_stats *out);
+
+/* The client's verification counters into *out (out->struct_size set by
+ * the caller); all 0 with enabled 0 for a client without "integrity". */
+MCS_API int mcs_client_integrity_stats(mcs_client *c, struct mcs_integrity_stats *out);
+
+/* --- for tests of the shim itself, not for applications --- */
+
+/* `native` is the address of a live mooncake::ReplicateConfig that Mooncake's
+ * own code built (e.g. taken from its Python binding), of the wheel loaded.
+ * Compares it, field by field through the layout mcs_load() picked, with the
+ * ReplicateConfig the shim builds from `opts`: returns how many fields differ
+ * (0: none) and names them in diff[0..cap) (diff may be NULL), or a negative
+ * code (MCS_E_UNSUPPORTED without a known layout). */
+MCS_API int mcs_debug_replica_compare(char *diff, size_t cap, const void *native,
+                                      const struct mcs_replica_options *opts);
+/* Assigns the ReplicateConfig the shim builds from `opts` to `native` (as
+ * above), so a test can ask Mooncake's own code what it reads there. */
+MCS_API int mcs_debug_replica_assign(void *native, const struct mcs_replica_options *opts);
 
 /* MCS_CDEF_END */
 

@@ -1,21 +1,18 @@
-// The extern "C" surface of the shim: handle validation, fork detection,
-// per-thread last-error messages, and a try/catch around every body.
+// The extern "C" surface of the shim, part one: versions, error names, loading
+// Mooncake, and a client's life (create, close, free, its settings and L1);
+// with the handle registry, fork detection and per-thread last-error messages
+// that every entry point uses (capi.hpp).  The data calls are in capi_data.cpp.
+#include "capi.hpp"
+
 #include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <unordered_set>
 
-#include "internal.hpp"
-
-// A live client: the engine plus a reference count so a handle freed on one
-// thread while another is inside a call stays valid until that call returns.
-struct mcs_client {
-    std::unique_ptr<mcs::Engine> engine;
-    pid_t pid = 0;
-    std::atomic<int> refs{1};
-};
+#include "reaper.hpp"
 
 namespace {
 
@@ -24,8 +21,6 @@ thread_local std::string t_last_error;
 std::mutex g_registry_mu;
 std::unordered_set<mcs_client *> *g_registry = new std::unordered_set<mcs_client *>();
 
-// fork() while another thread holds the registry lock must not leave the
-// child with it locked.
 // getpid() is a system call; keep it cached, refreshed in every child.
 std::atomic<pid_t> g_pid{getpid()};
 // The process that set up the first Mooncake client.  Mooncake's process-wide
@@ -33,6 +28,8 @@ std::atomic<pid_t> g_pid{getpid()};
 // fork(): a client set up in a child of that process hangs in the master
 // connect, so the child is refused at once.
 std::atomic<pid_t> g_mooncake_pid{0};
+// fork() while another thread holds the registry lock must not leave the
+// child with it locked; the child also refreshes g_pid.
 void atfork_prepare() {
     g_registry_mu.lock();
 }
@@ -45,6 +42,10 @@ void atfork_child() {
 }
 [[maybe_unused]] const int g_atfork = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 
+}  // namespace
+
+namespace mcs::capi {
+
 int fail(int code, const std::string &msg) {
     t_last_error = msg.empty() ? mcs::describe(code) : msg;
     return code;
@@ -56,17 +57,31 @@ int ok() {
 }
 
 // Takes a reference on a live handle; nullptr (with rc set) otherwise.
+// Handles once freed (kept reachable: see struct mcs_client).
+std::vector<mcs_client *> *g_freed = new std::vector<mcs_client *>();
+// The last handle this thread found in the registry: its struct is never freed,
+// so checking it again needs no lock, only its `freed` flag.
+thread_local mcs_client *t_known = nullptr;
+
 mcs_client *acquire(mcs_client *c, int &rc) {
     if (!c) {
         rc = fail(MCS_E_INVALID_HANDLE, "client handle is NULL");
         return nullptr;
     }
-    std::lock_guard<std::mutex> lk(g_registry_mu);
-    if (!g_registry->count(c)) {
+    if (c != t_known) {
+        std::lock_guard<std::mutex> lk(g_registry_mu);
+        if (!g_registry->count(c)) {
+            rc = fail(MCS_E_INVALID_HANDLE, "client handle is not a live client (freed?)");
+            return nullptr;
+        }
+        t_known = c;
+    }
+    c->refs.fetch_add(1);
+    if (c->freed.load()) {  // freed since this thread last found it
+        c->refs.fetch_sub(1);
         rc = fail(MCS_E_INVALID_HANDLE, "client handle is not a live client (freed?)");
         return nullptr;
     }
-    c->refs.fetch_add(1);
     return c;
 }
 
@@ -76,101 +91,16 @@ bool forked(mcs_client *c) {
 
 void release(mcs_client *c) {
     if (c->refs.fetch_sub(1) == 1) {
-        if (!forked(c)) delete c;
-        // In a forked child the engine's threads and Mooncake's state belong
-        // to the parent: leak them rather than touch them.
+        if (!forked(c))
+            c->engine.reset();
+        else  // the engine's threads and Mooncake's state belong to the parent: leak them
+            (void)c->engine.release();
     }
 }
 
-// Runs `body` (returning a status) with every exception turned into a status
-// and a message: no C++ exception crosses the C boundary.
-template <class F>
-int guarded(F &&body) {
-    int rc;
-    try {
-        rc = body();
-        if (rc >= 0) ok();
-    } catch (const mcs::Error &e) {
-        rc = fail(e.code, e.what());
-    } catch (const std::bad_alloc &) {
-        rc = fail(MCS_E_NOMEM, "out of memory");
-    } catch (const std::exception &e) {
-        rc = fail(MCS_E_INTERNAL, std::string("unexpected exception: ") + e.what());
-    } catch (...) {
-        rc = fail(MCS_E_INTERNAL, "unexpected non-standard exception");
-    }
-    return rc;
-}
+}  // namespace mcs::capi
 
-// Runs `body` on a live, open client of this process.
-template <class F>
-int with_open_client(mcs_client *c, F &&body) {
-    int rc = MCS_OK;
-    mcs_client *h = acquire(c, rc);
-    if (!h) return rc;
-    if (forked(h)) {
-        release(h);
-        return fail(MCS_E_FORKED, "this client was created in process " + std::to_string(h->pid) +
-                                      " and cannot be used after fork(); create a new one");
-    }
-    rc = h->engine->enter();
-    if (rc) {
-        release(h);
-        return fail(rc, "the client is closed");
-    }
-    rc = guarded([&] { return body(*h->engine); });
-    h->engine->leave();
-    release(h);
-    return rc;
-}
-
-// Like with_open_client, but also allowed after close (drain, stats, fd).
-template <class F>
-int with_client(mcs_client *c, F &&body) {
-    int rc = MCS_OK;
-    mcs_client *h = acquire(c, rc);
-    if (!h) return rc;
-    if (forked(h)) {
-        release(h);
-        return fail(MCS_E_FORKED, "client used in a forked child");
-    }
-    rc = guarded([&] { return body(*h->engine); });
-    release(h);
-    return rc;
-}
-
-// Reads a caller's struct that starts with `uint32_t struct_size`: only the
-// bytes the caller knows, the rest zero (their defaults).
-template <class T>
-T read_sized(const T *in, const char *what) {
-    T out{};
-    if (!in) return out;
-    uint32_t size = in->struct_size;
-    if (size < sizeof(uint32_t))
-        throw mcs::Error(MCS_E_INVALID_ARG, std::string(what) + ".struct_size is " +
-                                                std::to_string(size) + ": set it to sizeof(" +
-                                                what + ")");
-    std::memcpy(static_cast<void *>(&out), in, std::min<size_t>(size, sizeof(T)));
-    out.struct_size = uint32_t(sizeof(T));
-    return out;
-}
-
-// Fills a caller's struct that starts with `uint32_t struct_size` with at
-// most that many bytes of `full`.
-template <class T>
-void write_sized(T *out, const T &full, const char *what) {
-    if (!out) throw mcs::Error(MCS_E_INVALID_ARG, "out is NULL");
-    uint32_t size = out->struct_size;
-    if (size < sizeof(uint32_t))
-        throw mcs::Error(MCS_E_INVALID_ARG, std::string(what) + ".struct_size is " +
-                                                std::to_string(size) + ": set it to sizeof(" +
-                                                what + ")");
-    size_t n = std::min<size_t>(size, sizeof(T));
-    std::memcpy(static_cast<void *>(out), &full, n);
-    out->struct_size = uint32_t(n);
-}
-
-}  // namespace
+using namespace mcs::capi;
 
 extern "C" {
 
@@ -200,16 +130,26 @@ const char *mcs_last_error(void) {
     return t_last_error.c_str();
 }
 
-int mcs_load(const char *store_so_path) {
+int mcs_load(const char *store_so_path, const char *mooncake_version) {
     return guarded([&] {
         std::string msg;
-        int rc = mcs::load_mooncake(store_so_path, msg);
+        int rc = mcs::load_mooncake(store_so_path, mooncake_version, msg);
         return rc ? fail(rc, msg) : MCS_OK;
     });
 }
 
 int mcs_loaded(void) {
     return mcs::mooncake_loaded() ? 1 : 0;
+}
+
+const char *mcs_replica_layout(void) {
+    return mcs::mooncake_loaded() ? mcs::layout_name(mcs::loaded_layout()) : "";
+}
+
+int mcs_replica_options_init(struct mcs_replica_options *opts) {
+    if (!opts) return fail(MCS_E_INVALID_ARG, "opts is NULL");
+    mcs::init_replica_options(opts);
+    return ok();
 }
 
 int mcs_set_log_level(int level) {
@@ -224,6 +164,7 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
     if (n && (!keys || !values)) return fail(MCS_E_INVALID_ARG, "keys or values is NULL");
     return guarded([&]() -> int {
         mcs::StrVec k, v;
+        bool verify = false;
         for (size_t i = 0; i < n; i++) {
             if (!keys[i] || !values[i])
                 return fail(MCS_E_INVALID_ARG,
@@ -231,6 +172,14 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
             if (!keys[i][0])
                 return fail(MCS_E_INVALID_ARG,
                             "config entry #" + std::to_string(i) + " has an empty key");
+            if (std::strcmp(keys[i], "integrity") == 0) {  // the shim's own, not Mooncake's
+                const std::string mode = values[i];
+                if (mode != "crc32c" && mode != "none" && !mode.empty())
+                    return fail(MCS_E_INVALID_ARG,
+                                "integrity: '" + mode + "' is not a known mode (crc32c, none)");
+                verify = mode == "crc32c";
+                continue;
+            }
             k.emplace_back(keys[i]);
             v.emplace_back(values[i]);
         }
@@ -250,6 +199,10 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
         mcs_lanes layout = read_sized(lanes, "struct mcs_lanes");
         mcs::Engine::validate_lanes(&layout);
         auto backend = mcs::make_mooncake_backend(k, v, probe_timeout_ms);
+        if (verify) {
+            h->integrity = std::make_shared<mcs::IntegrityCounters>();
+            backend = mcs::make_integrity_backend(std::move(backend), h->integrity);
+        }
         h->engine = std::make_unique<mcs::Engine>(std::move(backend), &layout);
         {
             std::lock_guard<std::mutex> lk(g_registry_mu);
@@ -297,6 +250,21 @@ int mcs_client_close_for_exit(mcs_client *c) {
     return close_client(c, true);
 }
 
+int mcs_teardowns_pending(void) {
+    return guarded([] { return mcs::background_teardowns(); });
+}
+
+int mcs_teardowns_wait(int timeout_ms) {
+    return guarded([&] {
+        if (timeout_ms < -1) throw mcs::Error(MCS_E_INVALID_ARG, "timeout_ms must be -1 or >= 0");
+        if (!mcs::wait_background_teardowns(std::chrono::milliseconds(timeout_ms)))
+            throw mcs::Error(MCS_E_TIMEOUT, std::to_string(mcs::background_teardowns()) +
+                                                " teardowns still running after " +
+                                                std::to_string(timeout_ms) + " ms");
+        return MCS_OK;
+    });
+}
+
 int mcs_client_hostname(mcs_client *c, char *buf, size_t cap) {
     return with_open_client(c, [&](mcs::Engine &e) {
         if (!buf || !cap) throw mcs::Error(MCS_E_INVALID_ARG, "buf is NULL or cap is 0");
@@ -313,6 +281,8 @@ void mcs_client_free(mcs_client *c) {
     {
         std::lock_guard<std::mutex> lk(g_registry_mu);
         if (!g_registry->erase(c)) return;  // never created or already freed
+        c->freed.store(true);
+        g_freed->push_back(c);
     }
     try {
         if (forked(c))
@@ -324,16 +294,11 @@ void mcs_client_free(mcs_client *c) {
     release(c);  // the creator's reference
 }
 
-int mcs_client_set_default_replicate_config(mcs_client *c, const void *rc) {
+int mcs_client_set_replica_options(mcs_client *c, const struct mcs_replica_options *opts) {
     return with_open_client(c, [&](mcs::Engine &e) {
-        if (!rc) throw mcs::Error(MCS_E_INVALID_ARG, "ReplicateConfig pointer is NULL");
-        e.set_default_rcfg(rc);
+        e.set_default_replica(mcs::read_replica_options(opts));
         return MCS_OK;
     });
-}
-
-const void *mcs_replicate_config_typeid(void) {
-    return mcs::replicate_config_typeid();
 }
 
 int mcs_client_fd(mcs_client *c, int *fd_out) {
@@ -360,137 +325,18 @@ int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out) {
     });
 }
 
-int mcs_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch) {
-    return with_open_client(c, [&](mcs::Engine &e) {
-        if (!batch) throw mcs::Error(MCS_E_INVALID_ARG, "batch is NULL");
-        return e.submit(read_sized(batch, "struct mcs_batch"), false, id_out);
-    });
-}
-
-int mcs_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch) {
-    return with_open_client(c, [&](mcs::Engine &e) {
-        if (!batch) throw mcs::Error(MCS_E_INVALID_ARG, "batch is NULL");
-        return e.submit(read_sized(batch, "struct mcs_batch"), true, id_out);
-    });
-}
-
-int mcs_run_one(mcs_client *c, int64_t *result_out, int op, int flags, const char *key,
-                uint64_t key_len, void *buf, uint64_t size) {
-    return with_open_client(c, [&](mcs::Engine &e) {
-        if (!result_out) throw mcs::Error(MCS_E_INVALID_ARG, "result_out is NULL");
-        if (!key) throw mcs::Error(MCS_E_INVALID_ARG, "key is NULL");
-        if (op == MCS_OP_GET_BUFFER)
-            throw mcs::Error(MCS_E_INVALID_ARG,
-                             "get_buffer needs mcs_run(): its value is released by batch id");
-        const uint64_t offsets[2] = {0, key_len};
-        void *const bufs[1] = {buf};
-        const uint64_t sizes[1] = {size};
-        mcs_batch b{};
-        b.struct_size = sizeof b;
-        b.op = op;
-        b.flags = flags;
-        b.n = 1;
-        b.key_data = key;
-        b.key_bytes = key_len;
-        b.key_offsets = offsets;
-        if (buf || size) {
-            b.bufs = bufs;
-            b.sizes = sizes;
-        }
-        b.results = result_out;
-        return e.submit(b, true, nullptr);
-    });
-}
-
-int mcs_run_keys(mcs_client *c, int64_t *results, int op, int flags, const char *key_data,
-                 uint64_t key_bytes, uint64_t n) {
-    return with_open_client(c, [&](mcs::Engine &e) {
-        if (op != MCS_OP_EXISTS && op != MCS_OP_SIZE && op != MCS_OP_REMOVE)
-            throw mcs::Error(MCS_E_INVALID_ARG,
-                             "mcs_run_keys runs exists, size and remove only (op " +
-                                 std::to_string(op) + "): use mcs_run()");
-        mcs_batch b{};
-        b.struct_size = sizeof b;
-        b.op = op;
-        b.flags = flags;
-        b.n = n;
-        b.key_data = key_data;
-        b.key_bytes = key_bytes;
-        b.results = results;
-        return e.submit(b, true, nullptr);
-    });
-}
-
-int mcs_release(mcs_client *c, uint64_t id) {
-    return with_client(c, [&](mcs::Engine &e) { return e.release(id); });
-}
-
-int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap, const void *const *values,
-               const int64_t *results, uint64_t n) {
-    return guarded([&] {
-        if (!written_out || !values || !results || (!dst && cap))
-            throw mcs::Error(MCS_E_INVALID_ARG, "written_out, dst, values or results is NULL");
-        uint64_t total = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            if (results[i] < 0) continue;
-            if (!values[i] && results[i] > 0)
-                throw mcs::Error(MCS_E_INVALID_ARG, "value #" + std::to_string(i) + " is NULL");
-            total += uint64_t(results[i]);
-        }
-        if (total > cap)
-            throw mcs::Error(MCS_E_INVALID_ARG, "the values need " + std::to_string(total) +
-                                                    " bytes but dst holds " + std::to_string(cap));
-        auto *out = static_cast<char *>(dst);
-        for (uint64_t i = 0; i < n; i++) {
-            if (results[i] <= 0) continue;
-            std::memcpy(out, values[i], size_t(results[i]));
-            out += results[i];
-        }
-        *written_out = total;
+int mcs_client_register_buffer(mcs_client *c, void *ptr, uint64_t size) {
+    return with_open_client(c, [&](mcs::Engine &e) -> int {
+        int rc = e.register_buffer(ptr, size);
+        if (rc < 0) return fail(rc, "register_buffer failed: " + mcs::describe(rc));
         return MCS_OK;
     });
 }
 
-int mcs_drain(mcs_client *c, struct mcs_completion *out, size_t cap, size_t elem_size) {
-    return with_client(c, [&](mcs::Engine &e) { return e.drain(out, cap, elem_size); });
-}
-
-int mcs_wait(mcs_client *c, int timeout_ms) {
-    return with_client(c, [&](mcs::Engine &e) { return e.wait(timeout_ms); });
-}
-
-int mcs_client_lane_stats(mcs_client *c, int lane, struct mcs_lane_stats *out) {
-    return with_client(c, [&](mcs::Engine &e) {
-        if (!out) throw mcs::Error(MCS_E_INVALID_ARG, "out is NULL");
-        mcs_lane_stats full{};
-        e.lane_stats(lane, &full);
-        full.struct_size = sizeof full;
-        write_sized(out, full, "struct mcs_lane_stats");
-        return MCS_OK;
-    });
-}
-
-int mcs_client_op_stats(mcs_client *c, int op, struct mcs_op_stats *out) {
-    return with_client(c, [&](mcs::Engine &e) {
-        if (!out) throw mcs::Error(MCS_E_INVALID_ARG, "out is NULL");
-        mcs::OpCounters o;
-        e.op_stats(op, &o);
-        mcs_op_stats full{};
-        full.struct_size = sizeof full;
-        full.calls = o.calls;
-        full.keys = o.keys;
-        full.failed_calls = o.failed_calls;
-        full.failed_keys = o.failed_keys;
-        full.bytes = o.bytes;
-        full.timeouts = o.timeouts;
-        full.no_space = o.no_space;
-        full.sum_us = o.sum_us;
-        static_assert(sizeof full.buckets == sizeof o.buckets, "bucket count");
-        std::memcpy(full.buckets, o.buckets, sizeof full.buckets);
-        static_assert(sizeof full.error_codes == sizeof o.error_codes, "error slots");
-        std::memcpy(full.error_codes, o.error_codes, sizeof full.error_codes);
-        std::memcpy(full.error_keys, o.error_keys, sizeof full.error_keys);
-        write_sized(out, full, "struct mcs_op_stats");
+int mcs_client_unregister_buffer(mcs_client *c, void *ptr) {
+    return with_open_client(c, [&](mcs::Engine &e) -> int {
+        int rc = e.unregister_buffer(ptr);
+        if (rc < 0) return fail(rc, "unregister_buffer failed: " + mcs::describe(rc));
         return MCS_OK;
     });
 }

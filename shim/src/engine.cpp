@@ -15,6 +15,8 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "reaper.hpp"
+
 namespace mcs {
 
 namespace {
@@ -36,32 +38,6 @@ const char *op_name(int op) {
     static const char *const names[kOps] = {"exists", "get",  "put",       "upsert",
                                             "remove", "size", "get_buffer"};
     return op >= 0 && op < kOps ? names[op] : "?";
-}
-
-bool op_has_buffers(int op) {
-    return op == MCS_OP_GET || op == MCS_OP_PUT || op == MCS_OP_UPSERT;
-}
-
-std::string key_no(size_t i) {
-    return "key #" + std::to_string(i);
-}
-
-// The first key that appears twice, or nullptr: an open-addressing table of
-// key indices (one allocation, no node per key).
-const std::string *find_duplicate(const StrVec &keys) {
-    size_t cap = 16;
-    while (cap < keys.size() * 2) cap <<= 1;
-    std::vector<uint32_t> slots(cap, UINT32_MAX);
-    std::hash<std::string_view> hash;
-    for (uint32_t i = 0; i < keys.size(); i++) {
-        size_t h = hash(keys[i]) & (cap - 1);
-        while (slots[h] != UINT32_MAX) {
-            if (keys[slots[h]] == keys[i]) return &keys[i];
-            h = (h + 1) & (cap - 1);
-        }
-        slots[h] = i;
-    }
-    return nullptr;
 }
 
 }  // namespace
@@ -118,16 +94,24 @@ Engine::~Engine() {
     if (efd_ >= 0) ::close(efd_);
 }
 
+// enter() / leave() are atomic counts (no lock on every call); close() sets the
+// state first, then waits for the count to reach 0 under calls_mu_, and a
+// leave() that brings it to 0 after the state changed notifies under the same
+// mutex, so the waiter cannot miss it (all sequentially consistent).
 int Engine::enter() {
-    std::lock_guard<std::mutex> lk(calls_mu_);
-    if (state_.load() != kOpen) return MCS_E_CLOSED;
-    calls_++;
+    calls_.fetch_add(1);
+    if (state_.load() != kOpen) {
+        leave();
+        return MCS_E_CLOSED;
+    }
     return MCS_OK;
 }
 
 void Engine::leave() {
-    std::lock_guard<std::mutex> lk(calls_mu_);
-    if (--calls_ == 0) calls_cv_.notify_all();
+    if (calls_.fetch_sub(1) == 1 && state_.load() != kOpen) {
+        std::lock_guard<std::mutex> lk(calls_mu_);
+        calls_cv_.notify_all();
+    }
 }
 
 std::vector<Tile> Engine::split(const std::shared_ptr<Batch> &b) const {
@@ -144,117 +128,23 @@ std::vector<Tile> Engine::split(const std::shared_ptr<Batch> &b) const {
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
         bool full_keys = tile_keys_ && i - begin >= tile_keys_;
-        bool full_bytes = by_bytes && i > begin && bytes + b->sizes[i] > tile_bytes_;
+        bool full_bytes = by_bytes && i > begin && bytes + b->key_bytes(i) > tile_bytes_;
         if (full_keys || full_bytes) {
             tiles.push_back({b, begin, i});
             begin = i;
             bytes = 0;
         }
-        if (by_bytes) bytes += b->sizes[i];
+        if (by_bytes) bytes += b->key_bytes(i);
     }
     tiles.push_back({b, begin, n});
     return tiles;
 }
 
 // Validates a batch, copies its keys and sizes, and admits it to its lane.
-std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
-    const int op = in.op;
-    const size_t n = in.n;
-    if (op < 0 || op >= kOps) throw Error(MCS_E_INVALID_ARG, "unknown op " + std::to_string(op));
-    if (n == 0) throw Error(MCS_E_INVALID_ARG, "empty batch: n must be at least 1");
-    if (n > (1u << 24)) throw Error(MCS_E_INVALID_ARG, "batch too large (over 16777216 keys)");
-    if (!in.key_data) throw Error(MCS_E_INVALID_ARG, "key_data is NULL");
-    if (!in.results) throw Error(MCS_E_INVALID_ARG, "results is NULL");
-    if (in.flags & ~(MCS_FLAG_FORCE | MCS_FLAG_SKIP_EXISTING))
-        throw Error(MCS_E_INVALID_ARG, "unknown flags " + std::to_string(in.flags));
-    const bool with_bufs = op_has_buffers(op);
-    if (with_bufs && (!in.bufs || !in.sizes))
-        throw Error(MCS_E_INVALID_ARG,
-                    std::string("bufs and sizes are required for ") + op_name(op));
-    if (!with_bufs && (in.bufs || in.sizes))
-        throw Error(MCS_E_INVALID_ARG,
-                    std::string("bufs and sizes must be NULL for ") + op_name(op));
-    if (op == MCS_OP_GET_BUFFER && !in.values)
-        throw Error(MCS_E_INVALID_ARG, "values is required for get_buffer");
-
-    auto b = std::make_shared<Batch>();
-    b->op = op;
-    b->flags = in.flags;
-    b->results = in.results;
-    b->values = op == MCS_OP_GET_BUFFER ? in.values : nullptr;
-    b->sync = sync;
-    b->keys.reserve(n);
-    const uint64_t bytes = in.key_bytes;
-    if (const uint64_t *off = in.key_offsets) {
-        if (off[n] > bytes)
-            throw Error(MCS_E_INVALID_ARG,
-                        "key_offsets reach past key_bytes (" + std::to_string(bytes) + ")");
-        for (size_t i = 0; i < n; i++) {
-            if (off[i + 1] < off[i])
-                throw Error(MCS_E_INVALID_ARG, "key_offsets decrease at " + key_no(i));
-            size_t len = size_t(off[i + 1] - off[i]);
-            if (!len) throw Error(MCS_E_INVALID_ARG, key_no(i) + " is empty");
-            const char *k = in.key_data + off[i];
-            if (std::memchr(k, '\0', len))
-                throw Error(MCS_E_INVALID_ARG, key_no(i) + " contains a NUL byte");
-            b->keys.emplace_back(k, len);
-        }
-    } else {
-        const char *k = in.key_data, *end = in.key_data + bytes;
-        for (size_t i = 0; i < n; i++) {
-            auto *nul = static_cast<const char *>(std::memchr(k, '\0', size_t(end - k)));
-            if (!nul)
-                throw Error(MCS_E_INVALID_ARG, "key_data (" + std::to_string(bytes) +
-                                                   " bytes) holds fewer than n = " +
-                                                   std::to_string(n) + " NUL-terminated keys");
-            if (nul == k) throw Error(MCS_E_INVALID_ARG, key_no(i) + " is empty");
-            b->keys.emplace_back(k, size_t(nul - k));
-            k = nul + 1;
-        }
-        if (k != end)
-            throw Error(MCS_E_INVALID_ARG, "key_data holds more than n = " + std::to_string(n) +
-                                               " NUL-terminated keys: a key contains a NUL byte");
-    }
-    if (n > 1) {
-        if (const std::string *dup = find_duplicate(b->keys))
-            throw Error(MCS_E_DUPLICATE_KEY,
-                        "key " + quote_key(*dup) + " appears more than once in the batch");
-    }
-    if (with_bufs) {
-        b->bufs.assign(in.bufs, in.bufs + n);
-        b->sizes.assign(in.sizes, in.sizes + n);
-        for (size_t i = 0; i < n; i++) {
-            if (!b->bufs[i])
-                throw Error(MCS_E_INVALID_ARG, "buffer #" + std::to_string(i) + " is NULL");
-            if (!b->sizes[i])
-                throw Error(MCS_E_INVALID_ARG, "size #" + std::to_string(i) + " is zero");
-        }
-        std::string msg;
-        int rc = l1_.check(b->bufs, b->sizes, msg);
-        if (rc) throw Error(rc, msg);
-    }
-    if (op == MCS_OP_PUT || op == MCS_OP_UPSERT) {
-        b->rcfg = in.replicate_config ? in.replicate_config : default_rcfg_.load();
-        if (!b->rcfg)
-            throw Error(MCS_E_INVALID_ARG,
-                        "no ReplicateConfig given and no default set "
-                        "(mcs_client_set_default_replicate_config)");
-    }
-    Lane *lane = route_[op];
-    b->lane = lane;
-    int rc = lane->admit();
-    if (rc == MCS_E_QUEUE_FULL)
-        throw Error(rc, "lane queue full: its queue_capacity batches are already pending");
-    if (rc) throw Error(rc, "client is closing");
-    b->id = next_id_.fetch_add(1);
-    b->t0 = Clock::now();
-    return b;
-}
-
 int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
     if (!id_out && (!sync || in.op == MCS_OP_GET_BUFFER))
         throw Error(MCS_E_INVALID_ARG, sync ? "id_out is required for get_buffer (its values "
-                                              "are released with mcs_release(id))"
+                                              "are released with mcs_client_release(id))"
                                             : "id_out is NULL");
     std::shared_ptr<Batch> b = accept(in, sync);
     if (id_out) *id_out = b->id;
@@ -270,7 +160,7 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
     // waiting; a worker can be left to finish).
     const bool timed = in.timeout_ms > 0;
     Tile mine;
-    bool inline_run = !timed && lane->try_take_slot();
+    bool inline_run = !timed && lane->try_take_slot(tiles.front());
     if (inline_run) {
         mine = tiles.front();
         tiles.erase(tiles.begin());
@@ -278,7 +168,7 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
     if (!tiles.empty()) lane->push(std::move(tiles));
     if (inline_run) {
         run_tile(mine);
-        lane->release_slot();
+        lane->release_slot(mine);
     }
     std::unique_lock<std::mutex> lk(b->mu);
     if (timed) {
@@ -363,8 +253,8 @@ int Engine::release(uint64_t id) {
 int Engine::drain(mcs_completion *out, size_t cap, size_t elem_size) {
     if (!out && cap) throw Error(MCS_E_INVALID_ARG, "out is NULL");
     if (cap && elem_size < offsetof(mcs_completion, message) + 1)
-        throw Error(MCS_E_INVALID_ARG, "elem_size " + std::to_string(elem_size) +
-                                           " is smaller than struct mcs_completion's fields");
+        throw Error(MCS_E_INVALID_ARG, "out[0].struct_size is " + std::to_string(elem_size) +
+                                           ": set it to sizeof(struct mcs_completion)");
     const size_t copy = std::min(elem_size, sizeof(mcs_completion));
     auto *dst = reinterpret_cast<unsigned char *>(out);
     std::lock_guard<std::mutex> lk(cq_mu_);
@@ -409,6 +299,17 @@ int Engine::unregister_l1() {
     return MCS_OK;
 }
 
+void Engine::set_default_replica(const ReplicaOptions &opts) {
+    if (opts.has_group_ids)
+        throw Error(MCS_E_INVALID_ARG,
+                    "replica options: group_ids are per key, so a client default cannot have "
+                    "them; give them with each batch");
+    backend_->check_replica(opts);
+    auto copy = std::make_shared<const ReplicaOptions>(opts);
+    std::lock_guard<std::mutex> lk(replica_mu_);
+    default_replica_ = std::move(copy);
+}
+
 int Engine::lane_stats(int lane, mcs_lane_stats *out) {
     if (!out) throw Error(MCS_E_INVALID_ARG, "out is NULL");
     if (lane < 0 || lane >= MCS_LANE_COUNT)
@@ -431,7 +332,7 @@ int Engine::close() {
     {
         std::unique_lock<std::mutex> lk(calls_mu_);
         state_.store(kClosing);
-        calls_cv_.wait(lk, [this] { return calls_ == 0; });
+        calls_cv_.wait(lk, [this] { return calls_.load() == 0; });
     }
     for (auto &lane : lanes_)
         if (lane) lane->stop();
@@ -442,7 +343,9 @@ int Engine::close() {
     }
     if (backend_) {
         l1_.unregister_all(*backend_);
-        backend_->teardown();
+        std::shared_ptr<Backend> backend = backend_;
+        run_bounded([backend] { backend->teardown(); }, backend->teardown_wait(),
+                    backend->teardown_before_exit());
     }
     {
         std::lock_guard<std::mutex> lk(cq_mu_);

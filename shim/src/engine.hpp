@@ -7,6 +7,7 @@
 
 #include "l1.hpp"
 #include "lane.hpp"
+#include "replica.hpp"
 
 namespace mcs {
 
@@ -50,6 +51,10 @@ public:
     // Accepts a batch (already read into a full-size mcs_batch).  sync: waits
     // for it (up to in.timeout_ms when > 0) and returns MCS_OK once it ran.
     int submit(const mcs_batch &in, bool sync, uint64_t *id_out);
+    // One key on the calling thread, no deadline (mcs_client_run_one; direct.cpp):
+    // without a batch when it can, else as a batch of one.
+    int run_one(int op, int flags, const char *key, uint64_t key_len, void *buf, uint64_t size,
+                int64_t *result);
     int release(uint64_t id);
     int drain(mcs_completion *out, size_t cap, size_t elem_size);
     int wait(int timeout_ms);
@@ -58,18 +63,35 @@ public:
     int register_l1(void *ptr, uint64_t size, uint64_t max_block);
     int unregister_l1();
     uint32_t l1_blocks() { return l1_.blocks(); }
+    // Mooncake's register_buffer / unregister_buffer, passed through
+    // (registered.cpp); its code is returned.
+    int register_buffer(void *ptr, uint64_t size);
+    int unregister_buffer(void *ptr);
+    // mcs_client_get_into_ranges (registered.cpp): checks, one backend call on
+    // the calling thread, counted as a GET.
+    int get_into_ranges(const mcs_ranges &r);
 
-    void set_default_rcfg(const void *rcfg) { default_rcfg_.store(rcfg); }
+    // The replica options of PUT / UPSERT batches that bring none (checked
+    // against the backend; group ids are refused: they are per batch).
+    void set_default_replica(const ReplicaOptions &opts);
     int lane_stats(int lane, mcs_lane_stats *out);
     int op_stats(int op, OpCounters *out);
 
     // Idempotent.  Waits for calls in progress, runs every accepted batch to
     // completion, joins the workers, releases held values, unregisters L1 and
-    // tears the backend down.
+    // tears the backend down, waiting for that at most backend->teardown_wait()
+    // (the rest goes on in the background: reaper.hpp).  The backend is not
+    // touched by the engine afterwards.
     int close();
     // close() without the backend's teardown (for a process about to exit).
     int close_for_exit();
     std::string hostname() { return backend_ ? backend_->hostname() : std::string(); }
+    // Cluster-wide calls, run on the calling thread.
+    int64_t remove_all(bool force) { return backend_->remove_all(force); }
+    int64_t remove_by_regex(const std::string &pattern, bool force) {
+        return backend_->remove_by_regex(pattern, force);
+    }
+    int health_check() { return closed() ? 1 : backend_->health_check(); }
     // For a forked child: refuse everything, touch nothing.
     void abandon();
     bool closed() const { return state_.load() != kOpen; }
@@ -83,26 +105,36 @@ public:
 
 private:
     std::shared_ptr<Batch> accept(const mcs_batch &in, bool sync);
+    bool direct_ok(int op, int flags) const;
+    int run_one_batch(int op, int flags, const char *key, uint64_t key_len, void *buf,
+                      uint64_t size, int64_t *result);
+    void count_one(int op, int64_t r, size_t size, double us, bool failed, int status);
+
     void finish_tile(Batch &b, size_t begin, size_t end, const std::string &err);
+    // GET / PUT / UPSERT of keys [begin, end) of a batch with multi-part values.
+    void run_parts(Batch &b, size_t begin, size_t end, const StrVec *groups, std::string &err);
     void complete(const std::shared_ptr<Batch> &b);
     void count(const Batch &b, double us, bool failed);
     std::vector<Tile> split(const std::shared_ptr<Batch> &b) const;
 
     enum State { kOpen = 0, kClosing = 1, kClosed = 2 };
 
-    std::unique_ptr<Backend> backend_;
+    // Shared with a teardown that close() leaves running in the background.
+    std::shared_ptr<Backend> backend_;
     std::unique_ptr<Lane> lanes_[MCS_LANE_COUNT];
     Lane *route_[kOps] = {};  // op -> lane
     uint32_t tile_keys_ = 0;
     uint64_t tile_bytes_ = 0;
     uint32_t coalesce_keys_ = 64;
-    std::atomic<const void *> default_rcfg_{nullptr};
+    std::mutex replica_mu_;
+    std::shared_ptr<const ReplicaOptions> default_replica_ =
+        std::make_shared<const ReplicaOptions>();
     std::atomic<uint64_t> next_id_{1};
 
     std::atomic<int> state_{kOpen};
     std::mutex calls_mu_;
     std::condition_variable calls_cv_;
-    int calls_ = 0;
+    std::atomic<int> calls_{0};
     std::mutex close_mu_;
 
     std::mutex cq_mu_;

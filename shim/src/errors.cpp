@@ -98,6 +98,8 @@ constexpr CodeInfo kCodes[] = {
     {MCS_E_TIMEOUT, "MCS_E_TIMEOUT", "timed out"},
     {MCS_E_NOMEM, "MCS_E_NOMEM", "out of memory"},
     {MCS_E_STATE, "MCS_E_STATE", "not allowed in the current state"},
+    {MCS_E_UNSUPPORTED, "MCS_E_UNSUPPORTED", "the loaded Mooncake wheel cannot do this"},
+    {MCS_E_CORRUPT, "MCS_E_CORRUPT", "the value did not verify against its checksum trailer"},
     {MCS_E_INTERNAL, "MCS_E_INTERNAL", "unexpected internal error in the shim"},
     {MCS_GET_UNREAD, "MCS_GET_UNREAD", "not read through Mooncake's buffer; read it another way"},
 };

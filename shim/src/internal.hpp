@@ -8,15 +8,16 @@
 #include "engine.hpp"
 #include "l1.hpp"
 #include "lane.hpp"
+#include "replica.hpp"
 
 namespace mcs {
 
 // The Mooncake backend (mooncake_backend.cpp).
-int load_mooncake(const char *path, std::string &msg);
+int load_mooncake(const char *path, const char *version, std::string &msg);
 bool mooncake_loaded();
 int set_log_level(int level);
-// &typeid(mooncake::ReplicateConfig), for pybind11's pointer hand-off.
-const void *replicate_config_typeid();
+// The ReplicateConfig layout picked at load (kUnknown before, or if unknown).
+Layout loaded_layout();
 // Probes, creates and sets up a RealClient; throws Error on failure.
 std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec &values,
                                                int probe_timeout_ms);

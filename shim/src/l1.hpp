@@ -2,6 +2,7 @@
 // that a transfer buffer lies inside one of them.
 #pragma once
 
+#include <atomic>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@ public:
     uint32_t blocks();
     // MCS_OK, or MCS_E_OUTSIDE_L1 with msg set, for buffers not inside one block.
     int check(const std::vector<void *> &bufs, const std::vector<size_t> &sizes, std::string &msg);
+    // The same for one buffer.
+    int check_one(void *buf, size_t size, std::string &msg);
 
 private:
     struct Block {
@@ -30,6 +33,7 @@ private:
 
     std::shared_mutex mu_;
     std::vector<Block> blocks_;
+    std::atomic<bool> registered_{false};  // blocks_ is not empty
 };
 
 }  // namespace mcs

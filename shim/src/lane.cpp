@@ -93,24 +93,81 @@ void Lane::push(std::vector<Tile> &&tiles) {
         cv_work_.notify_all();
 }
 
-bool Lane::try_take_slot() {
+static_assert(kOps <= 8, "small_running_ holds one counter per op");
+
+bool Lane::small(const Tile &t) const {
+    return engine_->coalesce_keys() > 1 && Engine::mergeable(t);
+}
+
+bool Lane::runnable(const Tile &t) const {
+    return !small(t) || small_running_[t.batch->op] == 0;
+}
+
+void Lane::take(const Tile &t) {
+    running_++;
+    if (small(t)) small_running_[t.batch->op]++;
+}
+
+bool Lane::give(const Tile &t) {
+    running_--;
+    if (small(t)) small_running_[t.batch->op]--;
+    return !queue_.empty();
+}
+
+bool Lane::try_take_slot(const Tile &t) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (running_ < workers_ && queue_.empty()) {
-        running_++;
+    if (running_ < workers_ && queue_.empty() && runnable(t)) {
+        take(t);
         return true;
     }
     return false;
 }
 
-void Lane::release_slot() {
+void Lane::release_slot(const Tile &t) {
     bool wake;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        running_--;
-        wake = !queue_.empty();
+        wake = give(t);
     }
     // Waking an idle worker for nothing costs a context switch per call.
     if (wake) cv_work_.notify_one();
+}
+
+std::deque<Tile>::iterator Lane::next_runnable() {
+    size_t scanned = 0;
+    for (auto it = queue_.begin(); it != queue_.end() && scanned < 256; ++it, ++scanned)
+        if (runnable(*it)) return it;
+    return queue_.end();
+}
+
+bool Lane::enter_direct(int op, bool small) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_ || pending_ >= capacity_ || running_ >= workers_ || !queue_.empty() ||
+        (small && small_running_[op] > 0))
+        return false;
+    pending_++;
+    submitted_++;
+    running_++;
+    if (small) small_running_[op]++;
+    return true;
+}
+
+void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
+    bool wake_work, wake_space;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        pending_--;
+        completed_++;
+        if (failed) failed_++;
+        keys_++;
+        hist_.add(latency_us);
+        running_--;
+        if (small) small_running_[op]--;
+        wake_work = !queue_.empty();
+        wake_space = space_waiters_ > 0;
+    }
+    if (wake_work) cv_work_.notify_one();
+    if (wake_space) cv_space_.notify_one();
 }
 
 void Lane::finished(double latency_us, bool failed, size_t keys) {
@@ -130,17 +187,22 @@ void Lane::finished(double latency_us, bool failed, size_t keys) {
 void Lane::worker_loop() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-        cv_work_.wait(lk, [this] {
-            return (!queue_.empty() && running_ < workers_) || (stopping_ && queue_.empty());
+        std::deque<Tile>::iterator next;
+        cv_work_.wait(lk, [this, &next] {
+            if (queue_.empty()) return stopping_;
+            return running_ < workers_ && (next = next_runnable()) != queue_.end();
         });
         if (queue_.empty()) return;  // stopping, and nothing left to run
-        Tile tile = std::move(queue_.front());
-        queue_.pop_front();
+        Tile tile = std::move(*next);
+        queue_.erase(next);
         // Small reads waiting behind this one go along in the same Mooncake
         // call: one round trip instead of one each.
         std::vector<Tile> group;
         gather_mergeable(tile, group);
-        running_++;
+        const Tile &first = group.empty() ? tile : group.front();
+        take(first);
+        const int op = first.batch->op;
+        const bool was_small = small(first);
         lk.unlock();
         if (group.empty()) {
             engine_->run_tile(tile);
@@ -151,6 +213,7 @@ void Lane::worker_loop() {
         }
         lk.lock();
         running_--;
+        if (was_small) small_running_[op]--;
         if (!queue_.empty()) cv_work_.notify_one();
     }
 }

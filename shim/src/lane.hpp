@@ -38,9 +38,20 @@ struct Batch {
     StrVec keys;
     std::vector<void *> bufs;
     std::vector<size_t> sizes;
+    // Multi-part values: key i's parts are bufs/sizes [part_first[i],
+    // part_first[i+1]); empty when every key has one buffer.
+    std::vector<size_t> part_first;
+    bool parted() const { return !part_first.empty(); }
+    // Bytes of key i's buffers (all its parts).
+    uint64_t key_bytes(size_t i) const {
+        if (!parted()) return sizes[i];
+        uint64_t total = 0;
+        for (size_t j = part_first[i]; j < part_first[i + 1]; j++) total += sizes[j];
+        return total;
+    }
     int64_t *results = nullptr;
-    const void **values = nullptr;  // GET_BUFFER only
-    const void *rcfg = nullptr;
+    const void **values = nullptr;                  // GET_BUFFER only
+    std::shared_ptr<const ReplicaOptions> replica;  // PUT / UPSERT
     Lane *lane = nullptr;
     Clock::time_point t0;
     std::atomic<uint32_t> remaining{0};
@@ -51,7 +62,7 @@ struct Batch {
     uint32_t n_failed = 0;
     std::string message;
     std::vector<std::shared_ptr<void>> holds;  // GET_BUFFER: what keeps values valid
-    bool sync = false;                         // a caller waits in mcs_run()
+    bool sync = false;                         // a caller waits in mcs_client_run()
     bool abandoned = false;                    // ... and stopped waiting: post a completion
     bool done = false;
     std::condition_variable cv;
@@ -65,7 +76,7 @@ struct Tile {
 class Engine;
 
 // At most `workers` tiles run at once, counting batches run inline by
-// mcs_run().
+// mcs_client_run().
 class Lane {
 public:
     Lane(Engine *engine, int id, uint32_t workers, uint32_t capacity, int32_t wait_ms);
@@ -75,10 +86,18 @@ public:
     int admit();
     // Queues tiles of an admitted batch.
     void push(std::vector<Tile> &&tiles);
-    // Takes a worker slot for the calling thread if one is idle and nothing
-    // is queued; the caller must then call release_slot().
-    bool try_take_slot();
-    void release_slot();
+    // Takes a worker slot for the calling thread to run `t` if one is idle,
+    // nothing is queued and `t` may run now (see runnable); the caller must
+    // then call release_slot(t).
+    bool try_take_slot(const Tile &t);
+    void release_slot(const Tile &t);
+    // For a call run on the caller's thread without a batch (Engine::run_one):
+    // admits it and takes a worker slot in one lock, when the lane has room, an
+    // idle slot, nothing queued and (a small read) no other small read of `op`
+    // running; false otherwise (the caller takes the general path).
+    bool enter_direct(int op, bool small);
+    // Gives the slot back and counts the call as finished() counts a batch.
+    void exit_direct(int op, bool small, double latency_us, bool failed);
     // Records a finished batch (its pending slot is freed).
     void finished(double latency_us, bool failed, size_t keys);
     // Lets the workers finish everything queued, then joins them.
@@ -89,6 +108,17 @@ public:
 
 private:
     void worker_loop();
+    // Small reads (merge candidates) of one operation run one Mooncake call at
+    // a time per lane: those arriving meanwhile wait in the queue and go
+    // together in the next call.  Many threads' small gets then cost a few
+    // merged round trips instead of one busy-waiting Mooncake call each
+    // (which, on few cores, starve Mooncake's own I/O threads).
+    bool small(const Tile &t) const;
+    bool runnable(const Tile &t) const;
+    void take(const Tile &t);  // mu_ held: counts a running tile
+    bool give(const Tile &t);  // mu_ held: uncounts it; true if work is queued
+    // The first queued tile that may run now (mu_ held), or queue_.end().
+    std::deque<Tile>::iterator next_runnable();
     // Moves the queued tiles that can share `first`'s Mooncake call into
     // `group` (with `first` at its front).  Called with mu_ held.
     void gather_mergeable(Tile &first, std::vector<Tile> &group);
@@ -102,6 +132,7 @@ private:
     std::condition_variable cv_work_, cv_space_;
     std::deque<Tile> queue_;
     uint32_t running_ = 0;
+    uint32_t small_running_[8] = {};  // per op: small reads in Mooncake now
     uint32_t pending_ = 0;
     uint32_t space_waiters_ = 0;
     bool stopping_ = false;

@@ -3,24 +3,27 @@
 // `this` as their first argument (x86-64 Itanium ABI; a by-value class return
 // travels through the hidden pointer before `this`, as for a free function).
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <typeinfo>
 
 #include "internal.hpp"
+#include "legacy_setup.hpp"
 #include "probe.hpp"
+#include "replica.hpp"
 
 namespace mooncake {
-class RealClient;
-class TransferEngine;  // only passed as an empty shared_ptr (see LegacySetup)
 // Opaque: reached only through its exported ptr() / size() and destroyed
 // through the shared_ptr control block store.so created.
 class BufferHandle;
-// Only its typeid is used (to receive a pointer from pybind11); the layout
-// of the real ReplicateConfig is never touched here.
-struct ReplicateConfig {};
+// Built by replica.cpp in the loaded wheel's layout; only passed by reference here.
+struct ReplicateConfig;
 }  // namespace mooncake
 
 namespace mcs {
@@ -30,18 +33,10 @@ using mooncake::BufferHandle;
 using mooncake::RealClient;
 using HandlePtr = std::shared_ptr<BufferHandle>;
 using mooncake::ReplicateConfig;
-using ConfigDict = std::unordered_map<std::string, std::string>;
 using PtrVec = std::vector<void *>;
 using SizeVec = std::vector<size_t>;
-
-// tl::expected<void, ErrorCode>: 8 bytes in RAX, low 32 bits the error code,
-// byte 4 has_value.  Trivially copyable here so it is returned the same way.
-struct ExpectedVoid {
-    int32_t error;
-    uint8_t has_value;
-    uint8_t pad[3];
-};
-static_assert(sizeof(ExpectedVoid) == 8, "ExpectedVoid must be 8 bytes");
+using PtrVecs = std::vector<PtrVec>;
+using SizeVecs = std::vector<SizeVec>;
 
 struct Symbols {
     std::shared_ptr<RealClient> (*create)();
@@ -65,6 +60,16 @@ struct Symbols {
     std::vector<HandlePtr> (*batch_get_buffer)(RealClient *, const StrVec &);
     void *(*handle_ptr)(const BufferHandle *);
     size_t (*handle_size)(const BufferHandle *);
+    long (*remove_all)(RealClient *, bool);
+    long (*remove_by_regex)(RealClient *, const std::string &, bool);
+    int (*health_check)(RealClient *);
+    std::vector<int> (*batch_get_multi)(RealClient *, const StrVec &, const PtrVecs &,
+                                        const SizeVecs &, bool);
+    std::vector<int> (*batch_put_multi)(RealClient *, const StrVec &, const PtrVecs &,
+                                        const SizeVecs &, const ReplicateConfig &);
+    int (*put_one)(RealClient *, const std::string &, void *, size_t, const ReplicateConfig &);
+    int (*upsert_one)(RealClient *, const std::string &, void *, size_t, const ReplicateConfig &);
+    int (*remove_one)(RealClient *, const std::string &, bool);
     int32_t *minloglevel;
 };
 
@@ -111,76 +116,123 @@ constexpr SymbolName kSymbols[] = {
      "RealClient::batch_get_buffer(keys)"},
     {"_ZNK8mooncake12BufferHandle3ptrEv", "BufferHandle::ptr()"},
     {"_ZNK8mooncake12BufferHandle4sizeEv", "BufferHandle::size()"},
+    {"_ZN8mooncake10RealClient9removeAllEb", "RealClient::removeAll(bool)"},
+    {"_ZN8mooncake10RealClient13removeByRegexERKNSt7__cxx1112basic_stringIcSt11char_"
+     "traitsIcESaIcEEEb",
+     "RealClient::removeByRegex(pattern, bool)"},
+    {"_ZN8mooncake10RealClient12health_checkEv", "RealClient::health_check()"},
+    {"_ZN8mooncake10RealClient28batch_get_into_multi_buffersERKSt6vectorINSt7__cxx1112basic_"
+     "stringIcSt11char_traitsIcESaIcEEESaIS7_EERKS1_IS1_IPvSaISC_EESaISE_EERKS1_IS1_"
+     "ImSaImEESaISK_EEb",
+     "RealClient::batch_get_into_multi_buffers(keys, bufs, sizes, bool)"},
+    {"_ZN8mooncake10RealClient28batch_put_from_multi_buffersERKSt6vectorINSt7__cxx1112basic_"
+     "stringIcSt11char_traitsIcESaIcEEESaIS7_EERKS1_IS1_IPvSaISC_EESaISE_EERKS1_IS1_"
+     "ImSaImEESaISK_EERKNS_15ReplicateConfigE",
+     "RealClient::batch_put_from_multi_buffers(keys, bufs, sizes, ReplicateConfig)"},
+    {"_ZN8mooncake10RealClient8put_fromERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPvm"
+     "RKNS_15ReplicateConfigE",
+     "RealClient::put_from(key, void*, size_t, ReplicateConfig)"},
+    {"_ZN8mooncake10RealClient11upsert_fromERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+     "PvmRKNS_15ReplicateConfigE",
+     "RealClient::upsert_from(key, void*, size_t, ReplicateConfig)"},
+    {"_ZN8mooncake10RealClient6removeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb",
+     "RealClient::remove(key, bool)"},
     {"_ZN3fLI17FLAGS_minloglevelE", "glog FLAGS_minloglevel"},
 };
+
+// Optional: batch_upsert_from_multi_buffers exists from 0.3.13 on.
+using UpsertMulti = std::vector<int> (*)(RealClient *, const StrVec &, const PtrVecs &,
+                                         const SizeVecs &, const ReplicateConfig &);
+constexpr const char *kUpsertMulti =
+    "_ZN8mooncake10RealClient31batch_upsert_from_multi_buffersERKSt6vectorINSt7__cxx1112basic_"
+    "stringIcSt11char_traitsIcESaIcEEESaIS7_EERKS1_IS1_IPvSaISC_EESaISE_EERKS1_IS1_ImSaImEESaISK_"
+    "EERKNS_15ReplicateConfigE";
+UpsertMulti g_upsert_multi = nullptr;
+
+// Optional: get_into_ranges, in every supported wheel but with two signatures:
+// 0.3.12 added a trailing `const QueryResultCache *` (nullptr: no cache).
+using Ranges = std::vector<std::vector<std::vector<int64_t>>>;
+using SizeNest = std::vector<SizeVecs>;
+using IntoRanges5 = Ranges (*)(RealClient *, const PtrVec &, const std::vector<StrVec> &,
+                               const SizeNest &, const SizeNest &, const SizeNest &);
+using IntoRanges6 = Ranges (*)(RealClient *, const PtrVec &, const std::vector<StrVec> &,
+                               const SizeNest &, const SizeNest &, const SizeNest &, const void *);
+constexpr const char *kIntoRanges5 =
+    "_ZN8mooncake10RealClient15get_into_rangesERKSt6vectorIPvSaIS2_EERKS1_IS1_INSt7__cxx1112basic_"
+    "stringIcSt11char_traitsIcESaIcEEESaISC_EESaISE_EERKS1_IS1_IS1_ImSaImEESaISK_EESaISM_EESQ_SQ_";
+constexpr const char *kIntoRanges6 =
+    "_ZN8mooncake10RealClient15get_into_rangesERKSt6vectorIPvSaIS2_EERKS1_IS1_INSt7__cxx1112basic_"
+    "stringIcSt11char_traitsIcESaIcEEESaISC_EESaISE_EERKS1_IS1_IS1_ImSaImEESaISK_EESaISM_EESQ_SQ_"
+    "PKSt13unordered_mapISC_N2tl8expectedINS_11QueryResultENS_9ErrorCodeEEESt4hashISC_ESt8equal_"
+    "toISC_ESaISt4pairIKSC_SW_EEE";
+IntoRanges5 g_into_ranges5 = nullptr;
+IntoRanges6 g_into_ranges6 = nullptr;
+
+// Flattened parts (key i: [first[i], first[i+1])) as Mooncake's nested vectors.
+void nest(const PtrVec &bufs, const SizeVec &sizes, const SizeVec &first, PtrVecs &all_bufs,
+          SizeVecs &all_sizes) {
+    const size_t n = first.size() - 1;
+    all_bufs.resize(n);
+    all_sizes.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        all_bufs[i].assign(bufs.begin() + long(first[i]), bufs.begin() + long(first[i + 1]));
+        all_sizes[i].assign(sizes.begin() + long(first[i]), sizes.begin() + long(first[i + 1]));
+    }
+}
 static_assert(sizeof(kSymbols) / sizeof(kSymbols[0]) == sizeof(Symbols) / sizeof(void *),
               "one name per symbol");
 
-// ---- Wheels before 0.3.12 (0.3.10.post2 .. 0.3.11.post1) -------------------
-// Their setup_internal(ConfigDict) refuses global_segment_size 0 (it wants 1 KiB
-// .. 1 TiB, and then 16 MiB to allocate), so a client could not contribute no
-// memory.  Those wheels, and only those, also export the 13-parameter overload
-// that ConfigDict setup forwards to and that skips the mount for a size of 0;
-// its mangled name (the parameter list is part of it) changed in 0.3.12, so
-// resolving it by name finds it exactly on the wheels that need it.
-using LegacySetup = ExpectedVoid (*)(RealClient *, const std::string &, const std::string &, size_t,
-                                     size_t, const std::string &, const std::string &,
-                                     const std::string &,
-                                     const std::shared_ptr<mooncake::TransferEngine> &,
-                                     const std::string &, int, bool, bool, const std::string &);
-constexpr const char *kLegacySetup =
-    "_ZN8mooncake10RealClient14setup_internalERKNSt7__cxx1112basic_stringIcSt11char_"
-    "traitsIcESaIcEEES8_mmS8_S8_S8_RKSt10shared_ptrINS_14TransferEngineEES8_ibbS8_";
-LegacySetup g_legacy_setup = nullptr;
-
-std::string config_or(const ConfigDict &cfg, const char *key, const char *fallback) {
-    auto it = cfg.find(key);
-    return it == cfg.end() ? fallback : it->second;
+// A write that fails in its transfer is revoked at the master; when the master has
+// already dropped the object (its segment unmounted while the bytes were in flight)
+// the revoke answers OBJECT_NOT_FOUND and Mooncake reports that instead of the
+// transfer's failure.  "Key not found" is not an answer a writer can act on: the
+// write failed on its way and another try may land, so it is a TRANSFER_FAIL.
+constexpr int kTransferFail = -800;
+std::vector<int> write_results(std::vector<int> results) {
+    for (int &r : results)
+        if (r == kObjectNotFound) r = kTransferFail;
+    return results;
 }
 
-// A size key as those wheels read it (digits only: units were expanded in Python).
-size_t legacy_size(const ConfigDict &cfg, const char *key, bool zero_ok) {
-    std::string v = config_or(cfg, key, "16777216");
-    bool digits =
-        !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
-    size_t n = digits ? std::stoull(v) : 0;
-    if (!digits || (n == 0 && !zero_ok) || (n != 0 && (n < 1024 || n > (1ULL << 40))))
-        throw Error(MCS_E_INVALID_ARG, std::string(key) + " '" + v +
-                                           "' must be a byte count from 1024 to 1 TiB" +
-                                           (zero_ok ? " or 0" : ""));
-    return n;
-}
-
-// The setup of ConfigDict setup on those wheels (same keys, same defaults, the
-// same fixed local RPC port and offload server), called with a segment of 0.
-ExpectedVoid legacy_setup_without_segment(RealClient *client, const ConfigDict &cfg) {
-    std::string protocol = config_or(cfg, "protocol", "tcp");
-    if (protocol != "tcp" && protocol != "rdma")
-        throw Error(MCS_E_INVALID_ARG, "protocol '" + protocol + "' must be tcp or rdma");
-    std::string offload = config_or(cfg, "enable_ssd_offload", "false");
-    for (auto &ch : offload) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return g_legacy_setup(
-        client, config_or(cfg, "local_hostname", ""), config_or(cfg, "metadata_server", ""), 0,
-        legacy_size(cfg, "local_buffer_size", true), protocol, config_or(cfg, "rdma_devices", ""),
-        config_or(cfg, "master_server_addr", "127.0.0.1:50051"), {},
-        config_or(cfg, "ipc_socket_path", ""), 50052, offload == "true" || offload == "1", true,
-        config_or(cfg, "ssd_offload_path", ""));
-}
-
-bool wants_no_segment(const ConfigDict &cfg) {
-    auto it = cfg.find("global_segment_size");
-    return it != cfg.end() && it->second == "0";
-}
 // ---------------------------------------------------------------------------
 
 std::mutex g_load_mu;
 std::atomic<bool> g_loaded{false};
 Symbols g_sym{};
 int g_log_level = 3;
+// Set once by load_mooncake, before g_loaded.
+Layout g_layout = Layout::kUnknown;
+std::string g_version;
+
+// Whether the bytes of the file at `path` carry `layout`'s field names.
+bool image_matches(const char *path, Layout layout, std::string &why) {
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        why = std::string("cannot read it: ") + strerror(errno);
+        return false;
+    }
+    struct stat st {};
+    bool ok = false;
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map != MAP_FAILED) {
+            ok = layout_matches_image(layout, static_cast<const char *>(map), size_t(st.st_size),
+                                      why);
+            ::munmap(map, size_t(st.st_size));
+        } else {
+            why = std::string("cannot map it: ") + strerror(errno);
+        }
+    } else {
+        why = "cannot stat it or it is empty";
+    }
+    ::close(fd);
+    return ok;
+}
 
 class MooncakeBackend final : public Backend {
 public:
-    explicit MooncakeBackend(std::shared_ptr<RealClient> client) : client_(std::move(client)) {}
+    MooncakeBackend(std::shared_ptr<RealClient> client, bool ha, bool segment)
+        : client_(std::move(client)), ha_(ha), segment_(segment) {}
     ~MooncakeBackend() override {
         if (leak_) {
             // The process is about to _exit: destroying RealClient would run the
@@ -228,21 +280,96 @@ public:
         if (any) out.hold = std::move(handles);
         return out;
     }
+    void check_replica(const ReplicaOptions &opts) override {
+        check_replica_supported(g_layout, g_version, opts);
+    }
     std::vector<int> put_from(const StrVec &keys, const PtrVec &bufs, const SizeVec &sizes,
-                              const void *rcfg, bool upsert) override {
-        auto &cfg = *static_cast<const ReplicateConfig *>(rcfg);
-        return upsert ? g_sym.batch_upsert(client_.get(), keys, bufs, sizes, cfg)
-                      : g_sym.batch_put(client_.get(), keys, bufs, sizes, cfg);
+                              const ReplicaOptions &opts, const StrVec *group_ids,
+                              bool upsert) override {
+        std::vector<int> out;
+        with_replicate_config(g_layout, opts, group_ids, [&](const void *config) {
+            auto &cfg = *static_cast<const ReplicateConfig *>(config);
+            if (keys.size() == 1)  // Mooncake's single-key call: one RPC, no batch machinery
+                out = {upsert ? g_sym.upsert_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)
+                              : g_sym.put_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)};
+            else
+                out = upsert ? g_sym.batch_upsert(client_.get(), keys, bufs, sizes, cfg)
+                             : g_sym.batch_put(client_.get(), keys, bufs, sizes, cfg);
+        });
+        return write_results(std::move(out));
+    }
+    std::vector<int64_t> get_into_parts(const StrVec &keys, const PtrVec &bufs,
+                                        const SizeVec &sizes, const SizeVec &first) override {
+        PtrVecs all_bufs;
+        SizeVecs all_sizes;
+        nest(bufs, sizes, first, all_bufs, all_sizes);
+        std::vector<int> r = g_sym.batch_get_multi(client_.get(), keys, all_bufs, all_sizes, false);
+        return std::vector<int64_t>(r.begin(), r.end());
+    }
+    std::vector<int> put_from_parts(const StrVec &keys, const PtrVec &bufs, const SizeVec &sizes,
+                                    const SizeVec &first, const ReplicaOptions &opts,
+                                    const StrVec *group_ids, bool upsert) override {
+        PtrVecs all_bufs;
+        SizeVecs all_sizes;
+        nest(bufs, sizes, first, all_bufs, all_sizes);
+        std::vector<int> out;
+        with_replicate_config(g_layout, opts, group_ids, [&](const void *config) {
+            auto &cfg = *static_cast<const ReplicateConfig *>(config);
+            out = upsert ? g_upsert_multi(client_.get(), keys, all_bufs, all_sizes, cfg)
+                         : g_sym.batch_put_multi(client_.get(), keys, all_bufs, all_sizes, cfg);
+        });
+        return write_results(std::move(out));
+    }
+    void check_parts(int op) override {
+        if (op == MCS_OP_UPSERT && !g_upsert_multi)
+            throw Error(MCS_E_UNSUPPORTED,
+                        "upsert of multi-part values needs Mooncake 0.3.13 or later (the loaded "
+                        "wheel, " +
+                            g_version + ", has no batch_upsert_from_multi_buffers)");
+    }
+    int64_t exists_one(const std::string &key) override {
+        return g_sym.is_exist(client_.get(), key);
+    }
+    int64_t get_one(const std::string &key, void *buf, size_t size) override {
+        return single_get_ ? g_sym.get_into(client_.get(), key, buf, size)
+                           : Backend::get_one(key, buf, size);
+    }
+    int64_t remove_one(const std::string &key, bool force) override {
+        return g_sym.remove_one(client_.get(), key, force);
+    }
+    int64_t put_one(const std::string &key, void *buf, size_t size, const ReplicaOptions &opts,
+                    bool upsert) override {
+        int r = MCS_E_INTERNAL;
+        with_replicate_config(g_layout, opts, nullptr, [&](const void *config) {
+            auto &cfg = *static_cast<const ReplicateConfig *>(config);
+            r = upsert ? g_sym.upsert_one(client_.get(), key, buf, size, cfg)
+                       : g_sym.put_one(client_.get(), key, buf, size, cfg);
+        });
+        return r == kObjectNotFound ? kTransferFail : r;
     }
     std::vector<int> remove(const StrVec &keys, bool force) override {
+        if (keys.size() == 1) return {g_sym.remove_one(client_.get(), keys[0], force)};
         return g_sym.batch_remove(client_.get(), keys, force);
     }
+    int64_t remove_all(bool force) override { return g_sym.remove_all(client_.get(), force); }
+    int64_t remove_by_regex(const std::string &pattern, bool force) override {
+        return g_sym.remove_by_regex(client_.get(), pattern, force);
+    }
+    int health_check() override { return g_sym.health_check(client_.get()); }
     int64_t size(const std::string &key) override { return g_sym.get_size(client_.get(), key); }
     int register_buffer(void *ptr, size_t size) override {
         return g_sym.register_buffer(client_.get(), ptr, size);
     }
     int unregister_buffer(void *ptr) override {
         return g_sym.unregister_buffer(client_.get(), ptr);
+    }
+    Ranges get_into_ranges(const PtrVec &bufs, const std::vector<StrVec> &keys, const SizeNest &dst,
+                           const SizeNest &src, const SizeNest &sizes) override {
+        if (g_into_ranges6)
+            return g_into_ranges6(client_.get(), bufs, keys, dst, src, sizes, nullptr);
+        if (g_into_ranges5) return g_into_ranges5(client_.get(), bufs, keys, dst, src, sizes);
+        throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
+                                           ") has no RealClient::get_into_ranges");
     }
     void skip_teardown() override {
         torn_down_ = true;
@@ -255,9 +382,22 @@ public:
             g_sym.teardown(client_.get());
         }
     }
+    // An HA client's tearDownAll joins its leader monitor, which waits up to
+    // 30 s for a view change that is not coming (EtcdLeaderCoordinator::
+    // WaitForViewChange): close() leaves that to the background after 1 s.
+    // Any other client's teardown (0.3-1 s) is waited for.
+    std::chrono::milliseconds teardown_wait() const override {
+        return std::chrono::milliseconds(ha_ ? kHaTeardownWaitMs : -1);
+    }
+    // Mooncake unmounts the client's segment only at the end of its teardown:
+    // a process leaving earlier would leave the master a segment without memory.
+    bool teardown_before_exit() const override { return segment_; }
 
 private:
+    static constexpr int kHaTeardownWaitMs = 1000;
     std::shared_ptr<RealClient> client_;
+    bool ha_;
+    bool segment_;  // contributes memory (global_segment_size is not 0)
     bool torn_down_ = false;
     bool leak_ = false;
     bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
@@ -265,13 +405,15 @@ private:
 
 }  // namespace
 
-int load_mooncake(const char *path, std::string &msg) {
+int load_mooncake(const char *path, const char *version, std::string &msg) {
     std::lock_guard<std::mutex> lk(g_load_mu);
     if (g_loaded.load()) return MCS_OK;
     if (!path || !*path) {
         msg = "path to Mooncake's store.so is NULL or empty";
         return MCS_E_INVALID_ARG;
     }
+    const std::string ver = version ? version : "";
+    const Layout layout = layout_for_version(ver);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
@@ -290,16 +432,28 @@ int load_mooncake(const char *path, std::string &msg) {
               "); install mooncake-transfer-engine(-non-cuda)==0.3.13.post1";
         return MCS_E_LOAD;
     }
+    std::string why;
+    if (layout != Layout::kUnknown && !image_matches(path, layout, why)) {
+        msg = std::string(path) + " does not look like Mooncake " + ver +
+              ": the field names of its ReplicateConfig do not match the " + layout_name(layout) +
+              " layout (" + why + "); pass the version of the wheel it came from";
+        return MCS_E_LOAD;
+    }
     static_assert(sizeof(Symbols) == sizeof(ptrs), "layout");
     std::memcpy(&g_sym, ptrs, sizeof ptrs);
-    g_legacy_setup = reinterpret_cast<LegacySetup>(dlsym(h, kLegacySetup));  // optional
+    g_layout = layout;
+    g_version = ver;
+    resolve_legacy_setup(h);                                                 // optional
+    g_upsert_multi = reinterpret_cast<UpsertMulti>(dlsym(h, kUpsertMulti));  // optional
+    g_into_ranges5 = reinterpret_cast<IntoRanges5>(dlsym(h, kIntoRanges5));  // optional
+    g_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, kIntoRanges6));  // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
     return MCS_OK;
 }
 
-const void *replicate_config_typeid() {
-    return &typeid(ReplicateConfig);
+Layout loaded_layout() {
+    return g_loaded.load() ? g_layout : Layout::kUnknown;
 }
 
 bool mooncake_loaded() {
@@ -324,9 +478,10 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
     *g_sym.minloglevel = g_log_level;
 
     prepare_connection(cfg, probe_timeout_ms);
+    commit_process_wide(cfg);
     std::shared_ptr<RealClient> client = g_sym.create();
     if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
-    ExpectedVoid r = g_legacy_setup && wants_no_segment(cfg)
+    ExpectedVoid r = has_legacy_setup() && wants_no_segment(cfg)
                          ? legacy_setup_without_segment(client.get(), cfg)
                          : g_sym.setup(client.get(), cfg);
     *g_sym.minloglevel = g_log_level;
@@ -335,7 +490,8 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
         g_sym.teardown(client.get());
         throw Error(code, "Mooncake setup failed: " + describe(code));
     }
-    return std::make_unique<MooncakeBackend>(std::move(client));
+    const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
+    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg));
 }
 
 }  // namespace mcs

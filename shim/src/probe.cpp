@@ -1,5 +1,5 @@
-// The fail-fast probe of the master and metadata addresses, and cluster_id
-// (see probe.hpp).
+// Validation and the fail-fast probe of the master and metadata addresses,
+// the protocol, and cluster_id (see probe.hpp).
 #include "probe.hpp"
 
 #include <netdb.h>
@@ -7,10 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "internal.hpp"
@@ -19,6 +22,21 @@ namespace mcs {
 namespace {
 
 using Deadline = std::chrono::steady_clock::time_point;
+
+// A value as messages quote it: control bytes escaped, long ones cut.
+std::string shown(const std::string &v) {
+    std::string out = "'";
+    for (unsigned char ch : v.substr(0, 200)) {
+        if (ch < 0x20 || ch == 0x7f) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+            out += buf;
+        } else {
+            out += char(ch);
+        }
+    }
+    return out + (v.size() > 200 ? "...'" : "'");
+}
 
 int remaining_ms(Deadline deadline) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -100,7 +118,7 @@ bool split_host_port(const std::string &addr, std::string &host, std::string &po
 
 void probe(const std::string &what, const std::string &addr, int timeout_ms) {
     std::string host, port, why;
-    if (!split_host_port(addr, host, port)) return;  // let Mooncake judge it
+    if (!split_host_port(addr, host, port)) return;  // validated before (http:// URLs get :80)
     if (!tcp_probe(host, port, timeout_ms, why))
         throw Error(MCS_E_UNREACHABLE, what + " " + addr + " is unreachable (" + why + ")");
 }
@@ -137,8 +155,9 @@ bool etcd_probe(const std::string &host, const std::string &port, Deadline deadl
     return false;
 }
 
-// Probes etcd://host:port[;host:port...]: passes if one endpoint answers as etcd.
-void probe_etcd(const std::string &what, const std::string &value, int timeout_ms) {
+// The endpoints of etcd://host:port[;host:port...]; throws for none or one
+// without a port.
+std::vector<std::string> etcd_endpoints(const std::string &what, const std::string &value) {
     std::string list = value.substr(7);  // after "etcd://"
     std::vector<std::string> endpoints;
     size_t start = 0;
@@ -152,15 +171,26 @@ void probe_etcd(const std::string &what, const std::string &value, int timeout_m
         start = end + 1;
     }
     if (endpoints.empty())
-        throw Error(MCS_E_INVALID_ARG,
-                    what + " " + value + " names no etcd endpoint (etcd://host:port[;host:port])");
+        throw Error(
+            MCS_E_INVALID_ARG,
+            what + " " + shown(value) + " names no etcd endpoint (etcd://host:port[;host:port])");
+    for (const auto &ep : endpoints) {
+        std::string host, port;
+        if (!split_host_port(ep, host, port))
+            throw Error(MCS_E_INVALID_ARG, what + " " + shown(value) + ": etcd endpoint " +
+                                               shown(ep) + " has no port");
+    }
+    return endpoints;
+}
+
+// Probes etcd://host:port[;host:port...]: passes if one endpoint answers as etcd.
+void probe_etcd(const std::string &what, const std::string &value, int timeout_ms) {
+    std::vector<std::string> endpoints = etcd_endpoints(what, value);
     Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     std::string reasons;
     for (const auto &ep : endpoints) {
         std::string host, port, why;
-        if (!split_host_port(ep, host, port))
-            throw Error(MCS_E_INVALID_ARG,
-                        what + " " + value + ": etcd endpoint '" + ep + "' has no port");
+        split_host_port(ep, host, port);
         if (etcd_probe(host, port, deadline, why)) return;
         reasons += (reasons.empty() ? "" : "; ") + ep + ": " + why;
     }
@@ -176,17 +206,164 @@ void probe_address(const std::string &what, const std::string &value, int timeou
         if (hostport.find(':') == std::string::npos) hostport += ":80";
         probe(what, hostport, timeout_ms);
     } else if (value.find("://") == std::string::npos) {
-        probe(what, value, timeout_ms);  // host:port; anything else is Mooncake's to judge
+        probe(what, value, timeout_ms);  // host:port (validated before)
     }
+}
+
+// ---- validation ---------------------------------------------------------------
+
+[[noreturn]] void invalid(const char *key, const std::string &value, const std::string &why) {
+    throw Error(MCS_E_INVALID_ARG, std::string(key) + " " + shown(value) + " " + why);
+}
+
+bool has_space(const std::string &v) {
+    return std::any_of(v.begin(), v.end(),
+                       [](unsigned char ch) { return std::isspace(ch) || ch < 0x20; });
+}
+
+bool valid_port(const std::string &port) {
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string::npos)
+        return false;
+    long n = std::strtol(port.c_str(), nullptr, 10);
+    return n >= 1 && n <= 65535;
+}
+
+constexpr const char *kMasterForms =
+    "give host:port (e.g. 127.0.0.1:50051) or an HA entry etcd://host:port[;host:port...]";
+
+void validate_host_port(const char *key, const std::string &value, const std::string &hp) {
+    std::string host, port;
+    if (!split_host_port(hp, host, port)) {
+        if (hp.find(':') == std::string::npos)
+            invalid(key, value, std::string("has no port: ") + kMasterForms);
+        invalid(key, value, std::string("is not host:port: ") + kMasterForms);
+    }
+    if (!valid_port(port)) invalid(key, value, "has port '" + port + "', which is not 1..65535");
+}
+
+void validate_master(const std::string &v) {
+    const char *key = "master_server_addr";
+    if (std::all_of(v.begin(), v.end(), [](unsigned char ch) { return std::isspace(ch); }))
+        invalid(key, v, std::string("is empty: ") + kMasterForms);
+    if (has_space(v)) invalid(key, v, std::string("contains white space: ") + kMasterForms);
+    size_t scheme = v.find("://");
+    if (scheme == std::string::npos) return validate_host_port(key, v, v);
+    std::string backend = v.substr(0, scheme), rest = v.substr(scheme + 3);
+    if (backend == "etcd") {
+        for (const auto &ep : etcd_endpoints(key, v)) validate_host_port(key, v, ep);
+    } else if (backend == "redis" || backend == "k8s") {
+        if (rest.empty()) invalid(key, v, "names no " + backend + " endpoint");
+    } else {
+        invalid(key, v,
+                "names the HA backend '" + backend +
+                    "', which Mooncake does not know (etcd://, redis:// or k8s://; a plain "
+                    "master is host:port, without a scheme)");
+    }
+}
+
+constexpr const char *kProtocols[] = {"tcp",          "rdma",         "efa",     "cxi",
+                                      "cxl",          "ub",           "ubshmem", "ascend",
+                                      "sunrise_link", "nvlink_intra", "rpc_only"};
+
+void validate_protocol(const std::string &v) {
+    for (const char *p : kProtocols)
+        if (v == p) return;
+    std::string lower = v;
+    for (auto &ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    for (const char *p : kProtocols)
+        if (lower == p) invalid("protocol", v, std::string("must be lower case: '") + p + "'");
+    std::string known;
+    for (const char *p : kProtocols) known += std::string(known.empty() ? "" : ", ") + p;
+    invalid("protocol", v,
+            "is not a transport Mooncake knows (" + known +
+                "; tcp or rdma "
+                "on the PyPI wheels)");
+}
+
+void validate_metadata(const std::string &v) {
+    if (v.empty())
+        invalid("metadata_server", v,
+                "is empty: give http://host:port/metadata, etcd://... or "
+                "P2PHANDSHAKE");
+    if (has_space(v)) invalid("metadata_server", v, "contains white space");
+}
+
+void validate(const ConfigMap &cfg) {
+    auto it = cfg.find("master_server_addr");
+    if (it != cfg.end()) validate_master(it->second);
+    it = cfg.find("protocol");
+    if (it != cfg.end()) validate_protocol(it->second);
+    it = cfg.find("metadata_server");
+    if (it != cfg.end()) validate_metadata(it->second);
+}
+
+// ---- process-wide settings -----------------------------------------------------
+// Mooncake keeps two things once per process: the cluster id it read from
+// MC_STORE_CLUSTER_ID, and its etcd connection (EtcdHelper connects once and
+// refuses other endpoints).  The first client that reaches Mooncake's setup
+// fixes them; a later client asking for others is refused up front.
+
+std::mutex g_process_mu;
+bool g_cluster_set = false;  // a client of this process used a cluster id
+std::string g_cluster_id;    // ... this one ("" is Mooncake's default)
+std::string g_etcd;          // the etcd endpoints of this process's HA master ("" none)
+
+// The cluster id a client of `cfg` uses, if it uses one: its cluster_id, or
+// for an HA master the environment's.
+bool cluster_id_of(const ConfigMap &cfg, std::string &id, bool &given) {
+    auto it = cfg.find("cluster_id");
+    given = it != cfg.end() && !it->second.empty();
+    if (given) {
+        id = it->second;
+        return true;
+    }
+    it = cfg.find("master_server_addr");
+    if (it == cfg.end() || it->second.find("://") == std::string::npos) return false;
+    const char *env = std::getenv("MC_STORE_CLUSTER_ID");
+    id = env ? env : "";
+    return true;
+}
+
+// The endpoint list of an etcd:// master ("" for any other master).
+std::string etcd_of(const ConfigMap &cfg) {
+    auto it = cfg.find("master_server_addr");
+    if (it == cfg.end() || it->second.rfind("etcd://", 0) != 0) return "";
+    return it->second.substr(7);
+}
+
+constexpr const char *kOwnProcess = "; clients of another cluster need a process of their own";
+
+// With g_process_mu held.
+void check_process_wide_locked(const ConfigMap &cfg) {
+    std::string id, etcd = etcd_of(cfg);
+    bool given = false;
+    if (!g_etcd.empty() && !etcd.empty() && etcd != g_etcd)
+        throw Error(MCS_E_INVALID_ARG, "master_server_addr " + shown("etcd://" + etcd) +
+                                           ": this process's Mooncake is already connected to "
+                                           "etcd " +
+                                           shown(g_etcd) +
+                                           " (Mooncake keeps one etcd connection per process)" +
+                                           kOwnProcess);
+    if (!cluster_id_of(cfg, id, given) || !g_cluster_set || id == g_cluster_id) return;
+    auto name = [](const std::string &c) {
+        return c.empty() ? std::string("Mooncake's default cluster id") : "cluster id " + shown(c);
+    };
+    throw Error(MCS_E_INVALID_ARG,
+                "cluster_id: this client needs " + name(id) +
+                    ", but this process's Mooncake clients already use " + name(g_cluster_id) +
+                    " (Mooncake reads its cluster id, MC_STORE_CLUSTER_ID, once per process)" +
+                    kOwnProcess);
 }
 
 }  // namespace
 
-void prepare_connection(const std::unordered_map<std::string, std::string> &cfg,
-                        int probe_timeout_ms) {
-    auto id = cfg.find("cluster_id");
-    if (id != cfg.end() && !id->second.empty())
-        ::setenv("MC_STORE_CLUSTER_ID", id->second.c_str(), 1);
+void prepare_connection(const ConfigMap &cfg, int probe_timeout_ms) {
+    validate(cfg);
+    {
+        std::lock_guard<std::mutex> lk(g_process_mu);
+        check_process_wide_locked(cfg);
+    }
     if (probe_timeout_ms < 0) return;
     int t = probe_timeout_ms ? probe_timeout_ms : 2000;
     auto it = cfg.find("master_server_addr");
@@ -195,6 +372,19 @@ void prepare_connection(const std::unordered_map<std::string, std::string> &cfg,
     // Only the URL forms: a bare value is Mooncake's (P2PHANDSHAKE, or etcd by default).
     if (it != cfg.end() && it->second.find("://") != std::string::npos)
         probe_address("metadata_server", it->second, t);
+}
+
+void commit_process_wide(const ConfigMap &cfg) {
+    std::lock_guard<std::mutex> lk(g_process_mu);
+    check_process_wide_locked(cfg);
+    std::string id, etcd = etcd_of(cfg);
+    bool given = false;
+    if (cluster_id_of(cfg, id, given)) {
+        if (given) ::setenv("MC_STORE_CLUSTER_ID", id.c_str(), 1);
+        g_cluster_set = true;
+        g_cluster_id = id;
+    }
+    if (!etcd.empty()) g_etcd = etcd;
 }
 
 }  // namespace mcs

@@ -1,0 +1,281 @@
+// Tests of the verifying backend (integrity.hpp) through the engine, over the
+// in-memory store of harness.hpp: trailers written, sizes seen without them,
+// every read path verified, values without a trailer or damaged refused with
+// MCS_E_CORRUPT after re-reads.  Built with -Dshim_tests=true.
+#include "../src/integrity.hpp"
+#include "harness.hpp"
+
+namespace {
+
+// The in-memory store with byte ranges, registration without L1 bookkeeping,
+// and a switch that makes lookups miss (a writer that raced past the check).
+class RangeStore final : public MemStore {
+public:
+    std::atomic<bool> lookups_miss{false};
+    std::atomic<int> range_calls{0};
+    std::vector<int> exists(const mcs::StrVec &keys) override {
+        if (lookups_miss) return std::vector<int>(keys.size(), 0);
+        return MemStore::exists(keys);
+    }
+    int register_buffer(void *, size_t) override { return 0; }
+    std::vector<std::vector<std::vector<int64_t>>> get_into_ranges(
+        const std::vector<void *> &bufs, const std::vector<mcs::StrVec> &keys,
+        const std::vector<std::vector<std::vector<size_t>>> &dst,
+        const std::vector<std::vector<std::vector<size_t>>> &src,
+        const std::vector<std::vector<std::vector<size_t>>> &sizes) override {
+        range_calls++;
+        std::lock_guard<std::mutex> lk(mu);
+        std::vector<std::vector<std::vector<int64_t>>> out(bufs.size());
+        for (size_t b = 0; b < bufs.size(); b++)
+            for (size_t k = 0; k < keys[b].size(); k++) {
+                out[b].emplace_back();
+                auto it = data.find(keys[b][k]);
+                for (size_t r = 0; r < src[b][k].size(); r++) {
+                    if (it == data.end()) {
+                        out[b][k].push_back(-704);
+                    } else if (src[b][k][r] + sizes[b][k][r] > it->second.size()) {
+                        out[b][k].push_back(-600);
+                    } else {
+                        std::memcpy(static_cast<char *>(bufs[b]) + dst[b][k][r],
+                                    it->second.data() + src[b][k][r], sizes[b][k][r]);
+                        out[b][k].push_back(int64_t(sizes[b][k][r]));
+                    }
+                }
+            }
+        return out;
+    }
+};
+
+struct Verifying {
+    RangeStore *store;
+    std::shared_ptr<mcs::IntegrityCounters> counters = std::make_shared<mcs::IntegrityCounters>();
+    std::unique_ptr<mcs::Engine> engine;
+    Verifying() {
+        auto s = std::make_unique<RangeStore>();
+        store = s.get();
+        mcs_lanes lanes{};
+        engine = std::make_unique<mcs::Engine>(mcs::make_integrity_backend(std::move(s), counters),
+                                               &lanes);
+    }
+    int run(int op, const Keys &k, void *const *bufs, const uint64_t *sizes, int64_t *res,
+            int flags = 0, const uint32_t *parts = nullptr) {
+        mcs_batch b = make_batch(op, k, bufs, sizes, res, flags);
+        b.part_counts = parts;
+        try {
+            return engine->submit(b, true, nullptr);
+        } catch (const mcs::Error &e) {
+            return e.code;
+        }
+    }
+    std::string put(const std::string &key, const std::string &value, int op = MCS_OP_UPSERT) {
+        Keys k({key});
+        void *bufs[] = {const_cast<char *>(value.data())};
+        uint64_t sizes[] = {value.size()};
+        int64_t res[1] = {-1};
+        CHECK(run(op, k, bufs, sizes, res) == MCS_OK);
+        CHECK(res[0] == 0);
+        std::lock_guard<std::mutex> lk(store->mu);
+        return store->data[key];
+    }
+    int64_t get(const std::string &key, std::string &out, size_t cap) {
+        Keys k({key});
+        out.assign(cap, '\0');
+        void *bufs[] = {out.data()};
+        uint64_t sizes[] = {cap};
+        int64_t res[1] = {-1};
+        CHECK(run(MCS_OP_GET, k, bufs, sizes, res) == MCS_OK);
+        if (res[0] >= 0) out.resize(size_t(res[0]));
+        return res[0];
+    }
+};
+
+std::string value_of(size_t n, char seed) {
+    std::string v(n, '\0');
+    for (size_t i = 0; i < n; i++) v[i] = char(seed + i * 7);
+    return v;
+}
+
+void test_a_write_stores_the_value_then_its_trailer() {
+    Verifying f;
+    std::string v = value_of(1000, 'a');
+    std::string stored = f.put("k", v);
+    CHECK(stored.size() == v.size() + mcs::kTrailerSize);
+    CHECK(stored.compare(0, v.size(), v) == 0);
+    mcs::Trailer t;
+    std::memcpy(&t, stored.data() + v.size(), sizeof t);
+    CHECK(t.magic == mcs::kTrailerMagic);
+    CHECK(mcs::trailer_verifies(t, v.data(), v.size()));
+    std::string stored2 = f.put("k2", v);
+    mcs::Trailer t2;
+    std::memcpy(&t2, stored2.data() + v.size(), sizeof t2);
+    CHECK(t2.nonce != t.nonce);  // each write its own
+    CHECK(f.counters->written == 2);
+}
+
+void test_reads_return_the_values_own_size_whatever_the_buffer() {
+    Verifying f;
+    std::string v = value_of(4096, 'b');
+    f.put("k", v);
+    // Twice each: the second read of a capacity tries first what fitted the first.
+    for (int round = 0; round < 2; round++)
+        for (size_t cap : {size_t(4096), size_t(4100), size_t(4112), size_t(4113), size_t(65536)}) {
+            std::string got;
+            CHECK(f.get("k", got, cap) == 4096);
+            CHECK(got == v);
+        }
+    std::string other = value_of(65536, 'z');  // a value of the scratch buffer's own size
+    f.put("k65536", other);
+    std::string got;
+    CHECK(f.get("k65536", got, 65536) == 65536);
+    CHECK(got == other);
+    std::string small;
+    CHECK(f.get("k", small, 4095) == -600);  // too small, as Mooncake says
+    Keys k({"k"});
+    int64_t res[1] = {-1};
+    CHECK(f.run(MCS_OP_SIZE, k, nullptr, nullptr, res) == MCS_OK);
+    CHECK(res[0] == 4096);
+    CHECK(f.counters->failed == 0);
+}
+
+void test_buffered_and_multi_part_reads_verify() {
+    Verifying f;
+    std::string v = value_of(3000, 'c');
+    f.put("k", v);
+    Keys k({"k"});
+    int64_t res[1] = {-1};
+    const void *vals[1] = {nullptr};
+    mcs_batch b = make_batch(MCS_OP_GET_BUFFER, k, nullptr, nullptr, res);
+    b.values = vals;
+    uint64_t id = 0;
+    CHECK(f.engine->submit(b, true, &id) == MCS_OK);
+    CHECK(res[0] == 3000);
+    CHECK(vals[0] && std::memcmp(vals[0], v.data(), 3000) == 0);
+    f.engine->release(id);
+    // Two parts that add up to the value, and a tail part anywhere in it.
+    std::string a(1000, '\0'), z(2000, '\0');
+    void *bufs[] = {a.data(), z.data()};
+    uint64_t sizes[] = {1000, 2000};
+    uint32_t parts[] = {2};
+    CHECK(f.run(MCS_OP_GET, k, bufs, sizes, res, 0, parts) == MCS_OK);
+    CHECK(res[0] == 3000);
+    CHECK(a + z == v);
+    std::string big(8000, '\0'), tail(100, '\0');
+    void *bufs2[] = {big.data(), tail.data()};
+    uint64_t sizes2[] = {8000, 100};
+    CHECK(f.run(MCS_OP_GET, k, bufs2, sizes2, res, MCS_FLAG_TAIL_PART, parts) == MCS_OK);
+    CHECK(res[0] == 3000);
+    CHECK(big.substr(0, 2900) + tail == v);
+}
+
+void test_a_value_without_a_trailer_is_corrupt_not_returned() {
+    Verifying f;
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["plain"] = value_of(5000, 'd');  // written by a client that does not verify
+        f.store->data["tiny"] = "abc";
+    }
+    std::string got;
+    CHECK(f.get("plain", got, 5000) == MCS_E_CORRUPT);
+    CHECK(f.get("plain", got, 1 << 20) == MCS_E_CORRUPT);
+    CHECK(f.get("tiny", got, 100) == MCS_E_CORRUPT);
+    Keys k({"tiny"});
+    int64_t res[1] = {-1};
+    CHECK(f.run(MCS_OP_SIZE, k, nullptr, nullptr, res) == MCS_OK);
+    CHECK(res[0] == MCS_E_CORRUPT);
+    CHECK(f.counters->retried >= 4);
+    CHECK(f.counters->failed >= 3);
+}
+
+void test_a_damaged_byte_fails_every_read_path() {
+    Verifying f;
+    std::string v = value_of(2048, 'e');
+    f.put("k", v);
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["k"][1234] ^= 0x10;
+    }
+    std::string got;
+    CHECK(f.get("k", got, 2048) == MCS_E_CORRUPT);
+    Keys k({"k"});
+    int64_t res[1] = {-1};
+    const void *vals[1] = {nullptr};
+    mcs_batch b = make_batch(MCS_OP_GET_BUFFER, k, nullptr, nullptr, res);
+    b.values = vals;
+    uint64_t id = 0;
+    CHECK(f.engine->submit(b, true, &id) == MCS_OK);
+    CHECK(res[0] == MCS_E_CORRUPT);
+    CHECK(vals[0] == nullptr);
+    f.engine->release(id);
+}
+
+void test_a_read_that_verifies_on_a_retry_is_returned() {
+    Verifying f;
+    std::string v = value_of(1 << 16, 'f');
+    f.put("k", v);
+    std::string good;
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        good = f.store->data["k"];
+        f.store->data["k"][10] ^= 1;  // torn: heals while the reader retries
+    }
+    std::thread healer([&] {
+        std::this_thread::sleep_for(2ms);
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["k"] = good;
+    });
+    std::string got;
+    int64_t r = f.get("k", got, v.size());
+    healer.join();
+    CHECK(r == int64_t(v.size()));
+    CHECK(got == v);
+    CHECK(f.counters->retried >= 1);
+    CHECK(f.counters->failed == 0);
+}
+
+void test_skip_existing_puts_tell_the_first_writer_from_the_trailer() {
+    Verifying f;
+    std::string first = value_of(5000, 'g'), second = value_of(5000, 'h');
+    Keys k({"k", "other"});
+    void *bufs[] = {first.data(), first.data()};
+    uint64_t sizes[] = {5000, 5000};
+    int64_t res[2] = {-1, -1};
+    CHECK(f.run(MCS_OP_PUT, k, bufs, sizes, res, MCS_FLAG_SKIP_EXISTING) == MCS_OK);
+    CHECK(res[0] == 0 && res[1] == 0);  // written, and confirmed ours
+    CHECK(f.store->range_calls == 1);
+    // A writer the lookup missed: Mooncake keeps the first value, the trailer tells.
+    f.store->lookups_miss = true;
+    Keys k1({"k"});
+    void *bufs2[] = {second.data()};
+    uint64_t sizes1[] = {5000};
+    CHECK(f.run(MCS_OP_PUT, k1, bufs2, sizes1, res, MCS_FLAG_SKIP_EXISTING) == MCS_OK);
+    CHECK(res[0] == MCS_PUT_EXISTED);
+    // ... also when the value it lost to has another size, and through parts.
+    std::string shorter = value_of(100, 'i');
+    void *bufs3[] = {shorter.data(), shorter.data()};
+    uint64_t sizes3[] = {50, 50};
+    uint32_t parts[] = {2};
+    CHECK(f.run(MCS_OP_PUT, k1, bufs3, sizes3, res, MCS_FLAG_SKIP_EXISTING, parts) == MCS_OK);
+    CHECK(res[0] == MCS_PUT_EXISTED);
+    std::string got;
+    CHECK(f.get("k", got, 5000) == 5000);
+    CHECK(got == first);
+}
+
+}  // namespace
+
+int main() {
+    return run_tests({
+        {"a_write_stores_the_value_then_its_trailer",
+         test_a_write_stores_the_value_then_its_trailer},
+        {"reads_return_the_values_own_size_whatever_the_buffer",
+         test_reads_return_the_values_own_size_whatever_the_buffer},
+        {"buffered_and_multi_part_reads_verify", test_buffered_and_multi_part_reads_verify},
+        {"a_value_without_a_trailer_is_corrupt_not_returned",
+         test_a_value_without_a_trailer_is_corrupt_not_returned},
+        {"a_damaged_byte_fails_every_read_path", test_a_damaged_byte_fails_every_read_path},
+        {"a_read_that_verifies_on_a_retry_is_returned",
+         test_a_read_that_verifies_on_a_retry_is_returned},
+        {"skip_existing_puts_tell_the_first_writer_from_the_trailer",
+         test_skip_existing_puts_tell_the_first_writer_from_the_trailer},
+    });
+}
