@@ -16,6 +16,7 @@ The configuration is the JSON/dict LMCache's ``mooncake_store`` L2 adapter takes
 """
 
 import os as _os
+from typing import Any
 
 if not _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_version.py")):
     # This is the source tree (a checkout's root on sys.path, e.g. `python -c` run there),
@@ -23,6 +24,7 @@ if not _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_version.py"))
     from ._source_tree import installed_package_dir
 
     __path__ = [installed_package_dir(__file__)]
+from ._binding import ABI_VERSION, shim_abi_version, shim_version
 from ._version import __version__
 from .client import EXISTED, LANES, OPS, Client, Completion, set_log_level
 from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs
@@ -30,6 +32,7 @@ from .errors import (
     ClosedError,
     ForkedError,
     HasLeaseError,
+    IntegrityError,
     InvalidArgumentError,
     KeyNotFoundError,
     L1Error,
@@ -38,13 +41,17 @@ from .errors import (
     NoSpaceError,
     QueueFullError,
     TransportError,
-    error_name,
 )
+from .replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from .retry import RetryPolicy
+from .status import name as error_name
 from .wheel import UnsupportedWheelError, mooncake_version
 
 __all__ = [
     "__version__",
+    "ABI_VERSION",
+    "shim_abi_version",
+    "shim_version",
     "AsyncClient",
     "LocalCluster",
     "Client",
@@ -52,7 +59,10 @@ __all__ = [
     "EXISTED",
     "LANES",
     "OPS",
+    "ObjectDataType",
+    "ReplicateConfig",
     "RetryPolicy",
+    "SoftPinAction",
     "StoreConfig",
     "UnknownConfigKeyWarning",
     "parse_adapter_specs",
@@ -62,6 +72,7 @@ __all__ = [
     "ClosedError",
     "ForkedError",
     "HasLeaseError",
+    "IntegrityError",
     "InvalidArgumentError",
     "KeyNotFoundError",
     "L1Error",
@@ -74,7 +85,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # AsyncClient pulls in asyncio (~75 ms), LocalCluster subprocess and http: import them
     # only when asked for.
     if name == "AsyncClient":

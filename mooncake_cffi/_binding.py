@@ -13,8 +13,22 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from ._cdef import cdef_from_header, header_abi_version
+
+__all__ = [
+    "ABI_VERSION",
+    "HEADER_PATH",
+    "PRECOMPILED",
+    "ensure_mooncake_loaded",
+    "ffi",
+    "last_error",
+    "lib",
+    "set_log_level",
+    "shim_abi_version",
+    "shim_version",
+]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -31,7 +45,9 @@ _header_text = HEADER_PATH.read_text()
 
 try:
     # Written from mcs.h by the build (shim/gen_ffi.py): no header parsing at import.
-    from ._mcs_ffi import ffi
+    from ._mcs_ffi import ffi as _ffi
+
+    ffi: Any = _ffi
 
     PRECOMPILED = True
 except ImportError:  # e.g. a cffi runtime older than the one that built the package
@@ -42,11 +58,11 @@ except ImportError:  # e.g. a cffi runtime older than the one that built the pac
     PRECOMPILED = False
 
 try:
-    lib = ffi.dlopen(str(_library_path()))
+    lib: Any = ffi.dlopen(str(_library_path()))
 except OSError as exc:  # pragma: no cover - broken installation
     raise ImportError(
         f"cannot load the mooncake-cffi shim {_library_path()}: {exc}; "
-        "reinstall the package (pip install --force-reinstall mooncake-cffi)"
+        "reinstall the package (from its clone: pip install --force-reinstall --no-deps .)"
     ) from exc
 
 ABI_VERSION = header_abi_version(_header_text)
@@ -59,29 +75,45 @@ if lib.mcs_abi_version() != ABI_VERSION:  # pragma: no cover - broken installati
 _load_lock = threading.Lock()
 
 
+def shim_version() -> str:
+    """The loaded shim's version, ``"MAJOR.MINOR.PATCH"`` (the package's own version)."""
+    return str(ffi.string(lib.mcs_version_string()).decode())
+
+
+def shim_abi_version() -> int:
+    """The loaded shim's ABI version (:data:`ABI_VERSION` is the header's: they match)."""
+    return int(lib.mcs_abi_version())
+
+
 def last_error() -> str:
     """The shim's per-thread message for the last failed call."""
-    return ffi.string(lib.mcs_last_error()).decode("utf-8", "replace")
+    return str(ffi.string(lib.mcs_last_error()).decode("utf-8", "replace"))
 
 
-def error_name(code: int) -> str:
-    """Symbolic name of a status code ("OBJECT_HAS_LEASE", "MCS_E_CLOSED", ...)."""
-    return ffi.string(lib.mcs_error_name(code)).decode()
+def set_log_level(level: int) -> None:
+    """Set Mooncake's log threshold, process-wide: 0 INFO, 1 WARNING, 2 ERROR, 3 silent.
 
+    Mooncake is silent (3) by default.
+    """
+    ensure_mooncake_loaded()
+    rc = lib.mcs_set_log_level(int(level))
+    if rc != 0:
+        from .errors import error_for
 
-def strerror(code: int) -> str:
-    """One-line description of a status code."""
-    return ffi.string(lib.mcs_strerror(code)).decode()
+        raise error_for(rc, last_error())
 
 
 def ensure_mooncake_loaded() -> None:
-    """Check the installed Mooncake wheel, import it and hand its ``store.so`` to the shim (once).
+    """Check the installed Mooncake wheel and hand its ``store.so`` to the shim (once).
 
-    An unsupported wheel (outside the range, or whose ``store.so`` lacks a symbol the shim
-    needs) raises :class:`mooncake_cffi.wheel.UnsupportedWheelError`, one message naming the
-    version found, the range supported and the install command.  On the wheels that need
-    ``libcudart.so.12`` without shipping it, it is preloaded first (see
-    :func:`mooncake_cffi.wheel.prepare_runtime`).
+    ``store.so`` is found by the import system's path finder (:func:`wheel.store_so_path
+    <mooncake_cffi.wheel.store_so_path>`) and loaded by the shim itself,
+    with the wheel's version (which tells the shim the layout of Mooncake's ReplicateConfig):
+    ``mooncake.store`` is not imported.  An unsupported wheel (outside the range, or whose
+    ``store.so`` lacks a symbol the shim needs) raises
+    :class:`mooncake_cffi.wheel.UnsupportedWheelError`, one message naming the version found,
+    the range supported and the install command.  On the wheels that need ``libcudart.so.12``
+    without shipping it, it is preloaded first (see :func:`mooncake_cffi.wheel.prepare_runtime`).
     """
     if lib.mcs_loaded():
         return
@@ -92,16 +124,16 @@ def ensure_mooncake_loaded() -> None:
 
         found = wheel.check_supported()
         wheel.prepare_runtime(found)
-        try:
-            import mooncake.store as store  # noqa: F401  (ReplicateConfig lives there)
-        except ImportError as exc:
-            raise ImportError(
-                f"{found.distribution or 'Mooncake'} {found.version} is installed but "
-                f"mooncake.store does not import ({exc}). It needs the system libraries "
-                "libibverbs1, libnuma1 and libcurl4; the CUDA wheel (mooncake-transfer-engine) "
-                f"also needs libcuda.so.1 (on a CPU-only machine: {wheel.install_command('cpu')})"
-            ) from exc
-        path = store.__file__
-        rc = lib.mcs_load(os.fsencode(path))
+        path = wheel.store_so_path()
+        version = found.version.encode() if found.version else ffi.NULL
+        rc = lib.mcs_load(os.fsencode(path), version)
         if rc != 0:
-            raise wheel.unsupported(found, f"loading it failed: {last_error()}")
+            message = last_error()
+            if "dlopen" in message:
+                raise ImportError(
+                    f"{found.distribution or 'Mooncake'} {found.version}: {path} does not load "
+                    f"({message}). It needs the system libraries libibverbs1, libnuma1 and "
+                    "libcurl4; the CUDA wheel (mooncake-transfer-engine) also needs libcuda.so.1 "
+                    f"(on a CPU-only machine: {wheel.install_command('cpu')})"
+                )
+            raise wheel.unsupported(found, f"loading it failed: {message}")

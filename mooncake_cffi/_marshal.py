@@ -1,4 +1,4 @@
-"""Moving a batch across the C boundary: packed keys, buffers, results, ReplicateConfig.
+"""Moving a batch across the C boundary: packed keys, buffers, results, replica options.
 
 Everything here turns Python objects into the shim's ``struct mcs_batch`` with a constant
 number of allocations per batch (keys travel as one byte string of NUL-terminated keys:
@@ -8,36 +8,40 @@ Nothing here knows about lanes or plans.
 
 from __future__ import annotations
 
-import ctypes
 import sys
-import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import _binding
 from ._binding import ffi, lib
+from ._pointers import address, point_at_address_parts, point_at_addresses
+from ._replica_abi import attach_replica
 from .errors import InvalidArgumentError, error_for
 from .status import MCS_E_INVALID_ARG
 
 __all__ = [
     "Packed",
     "ReusedBatch",
+    "address",
     "as_list",
     "checked_sizes",
     "encode_key",
     "exists_list",
     "from_buffer",
+    "gather_values",
     "nbytes",
     "pack_keys",
     "refused",
-    "replicate_pointer",
     "results_list",
 ]
 
 _BATCH_SIZE = ffi.sizeof("struct mcs_batch")
+#: GET_BUFFER values are copied out one by one for few keys or large values (one copy),
+#: else gathered into one buffer by the shim and cut (no per-key call into C).
+_PER_KEY_COPY_KEYS = 8
+_PER_KEY_COPY_BYTES = 32 * 1024
 _ffi_from_buffer = ffi.from_buffer
 _BUFFER_OPS = (lib.MCS_OP_GET, lib.MCS_OP_PUT, lib.MCS_OP_UPSERT)
-_PUT_OPS = (lib.MCS_OP_PUT, lib.MCS_OP_UPSERT)
 
 
 def as_list(items: Any, what: str = "keys") -> list[Any]:
@@ -107,7 +111,7 @@ def _point_at_buffers(
             raise ValueError("this operation needs buffers")
         b.bufs = ffi.NULL
         b.sizes = ffi.NULL
-        b.replicate_config = ffi.NULL
+        b.replica = ffi.NULL
         return []
     if op not in _BUFFER_OPS:
         raise ValueError("this operation takes no buffers")
@@ -133,11 +137,53 @@ def _point_at_buffers(
         keep = [buffers, cbufs]
     b.bufs = barr
     b.sizes = csizes
-    if replicate_config is not None and op in _PUT_OPS:
-        b.replicate_config = replicate_pointer(replicate_config)
-        keep.append(replicate_config)
-    else:
-        b.replicate_config = ffi.NULL
+    attach_replica(b, op, replicate_config, keep)
+    return keep
+
+
+def _point_at_parts(
+    b: Any,
+    op: int,
+    n: int,
+    parts: Sequence[Sequence[Any]],
+    part_sizes: Sequence[Sequence[int]] | None,
+    writable: bool,
+    replicate_config: Any,
+) -> list[Any]:
+    """Set a batch's multi-part buffers (key i's value in ``parts[i]``, see "Multi-part
+    values" in mcs.h), their sizes, part counts and replica options; returns what the call
+    borrows."""
+    if op not in _BUFFER_OPS:
+        raise ValueError("multi-part values are for get, put and upsert")
+    if isinstance(parts, (str, bytes)) or len(parts) != n:
+        raise InvalidArgumentError(
+            MCS_E_INVALID_ARG, f"{n} keys but {len(parts)} lists of parts: they must pair up"
+        )
+    if part_sizes is not None and len(part_sizes) != n:
+        raise InvalidArgumentError(
+            MCS_E_INVALID_ARG, f"{n} keys but {len(part_sizes)} lists of part sizes"
+        )
+    flat: list[Any] = []
+    lens: list[int] = []
+    counts: list[int] = []
+    for i, key_parts in enumerate(parts):
+        if isinstance(key_parts, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"parts of key #{i} must be a sequence of buffers, not one buffer")
+        if not key_parts:
+            raise InvalidArgumentError(MCS_E_INVALID_ARG, f"key #{i} has no parts")
+        cparts = [from_buffer(x, len(flat) + j, writable) for j, x in enumerate(key_parts)]
+        part_lens = list(map(len, cparts))
+        if part_sizes is not None:
+            part_lens = checked_sizes(part_sizes[i], part_lens)
+        flat.extend(cparts)
+        lens.extend(part_lens)
+        counts.append(len(cparts))
+    barr = ffi.new("void *[]", flat)
+    csizes = ffi.new("uint64_t[]", lens)
+    ccounts = ffi.new("uint32_t[]", counts)
+    b.bufs, b.sizes, b.part_counts = barr, csizes, ccounts
+    keep = [parts, flat, barr, csizes, ccounts]
+    attach_replica(b, op, replicate_config, keep)
     return keep
 
 
@@ -146,7 +192,10 @@ class Packed:
 
     ``results`` (and ``values`` for GET_BUFFER) are filled by the shim.  Keep the object
     alive until the shim is done with the batch: for a submitted batch (or a run that
-    timed out) that is when its completion has been drained.
+    timed out) that is when its completion has been drained.  With ``parts=True``,
+    ``buffers[i]`` is key i's list of parts and ``sizes[i]`` (optional) their sizes: a
+    multi-part value (see "Multi-part values" in mcs.h).  With ``addresses=True`` the
+    buffers are integer addresses (lists of them with ``parts``) and ``sizes`` is required.
     """
 
     __slots__ = ("batch", "results", "values", "n", "keys", "_keep")
@@ -161,13 +210,25 @@ class Packed:
         flags: int = 0,
         writable: bool = False,
         replicate_config: Any = None,
+        parts: bool = False,
+        addresses: bool = False,
     ) -> None:
         n = len(keys)
         if n == 0:
             raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
         b = ffi.new("struct mcs_batch *")
         b.struct_size = _BATCH_SIZE
-        keep = _point_at_buffers(b, op, n, buffers, sizes, writable, replicate_config)
+        if addresses:
+            if buffers is None or sizes is None:
+                raise ValueError("addresses=True needs buffer addresses and their sizes")
+            point = point_at_address_parts if parts else point_at_addresses
+            keep = point(b, op, n, buffers, sizes, replicate_config)  # type: ignore[arg-type]
+        elif parts:
+            if buffers is None:
+                raise ValueError("parts=True needs buffers: one list of parts per key")
+            keep = _point_at_parts(b, op, n, buffers, sizes, writable, replicate_config)  # type: ignore[arg-type]
+        else:
+            keep = _point_at_buffers(b, op, n, buffers, sizes, writable, replicate_config)
         keep.append(point_at_keys(b, op, keys, flags))
         self.results = ffi.new("int64_t[]", n)
         b.results = self.results
@@ -189,15 +250,15 @@ class Packed:
 class ReusedBatch:
     """One thread's reusable batch for its blocking calls without a deadline.
 
-    The shim is done with a batch when such an ``mcs_run`` returns, so the struct and its
+    The shim is done with a batch when such an ``mcs_client_run`` returns, so the struct and its
     arrays (grown as needed, never shrunk) serve the thread's next call: a call allocates
     no cdata but its packed keys and one view per buffer.  Keys-only and one-key calls use
-    just its ``results`` (``mcs_run_keys`` / ``mcs_run_one`` need no struct).  Not for GET_BUFFER
-    (its values outlive the call) nor for calls with a deadline (the shim may keep a
-    timed-out batch).
+    just its ``results`` (``mcs_client_run_keys`` / ``mcs_client_run_one`` need no struct).
+    Not for GET_BUFFER (its values outlive the call) nor for calls with a deadline (the
+    shim may keep a timed-out batch).
     """
 
-    __slots__ = ("batch", "results", "bufs", "sizes", "cap", "busy")
+    __slots__ = ("batch", "results", "bufs", "addrs", "sizes", "cap", "busy")
 
     def __init__(self, cap: int = 64) -> None:
         self.batch = ffi.new("struct mcs_batch *")
@@ -213,6 +274,7 @@ class ReusedBatch:
         self.cap = cap
         self.results = ffi.new("int64_t[]", cap)
         self.bufs = ffi.new("void *[]", cap)
+        self.addrs = ffi.cast("uintptr_t *", self.bufs)  # the same array, filled with ints
         self.sizes = ffi.new("uint64_t[]", cap)
         self.batch.results = self.results
 
@@ -239,13 +301,35 @@ class ReusedBatch:
         keep.append(point_at_keys(self.batch, op, keys, flags))
         return keep
 
+    def fill_addresses(
+        self,
+        op: int,
+        keys: list[Any],
+        flags: int,
+        addrs: Sequence[int],
+        sizes: Sequence[int],
+        replicate_config: Any = None,
+    ) -> Any:
+        """:meth:`fill` with buffers given as integer addresses and their sizes."""
+        n = len(keys)
+        if n > self.cap or n == 0:
+            if n == 0:
+                raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
+            self.grow(n)
+        keep = point_at_addresses(
+            self.batch, op, n, addrs, sizes, replicate_config, (self.addrs, self.sizes)
+        )
+        keep.append(point_at_keys(self.batch, op, keys, flags))
+        return keep
+
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def results_list(results: Any, n: int) -> list[int]:
     """The first n int64 results as a list of ints."""
-    return ffi.unpack(results, n)
+    out: list[int] = ffi.unpack(results, n)
+    return out
 
 
 def exists_list(results: Any, n: int) -> list[bool] | None:
@@ -269,7 +353,7 @@ def exists_list(results: Any, n: int) -> list[bool] | None:
     if _LITTLE_ENDIAN and not raw.translate(None, b"\0\1"):
         low = raw[::8]
         if raw.count(1) == low.count(1):
-            return memoryview(low).cast("?").tolist()
+            return cast("list[bool]", memoryview(low).cast("?").tolist())
     res = ffi.unpack(results, n)
     return None if min(res) < 0 else list(map(bool, res))
 
@@ -293,13 +377,45 @@ def refused(rc: int, keys: Sequence[Any]) -> Exception:
     msg = _binding.last_error()
     if rc == MCS_E_INVALID_ARG and ("NUL" in msg or "empty" in msg):
         for i, k in enumerate(keys):
-            if (
-                isinstance(k, (str, bytes, bytearray))
-                and ("\0" if isinstance(k, str) else b"\0") in k
+            if (isinstance(k, str) and "\0" in k) or (
+                isinstance(k, (bytes, bytearray)) and b"\0" in k
             ):
                 msg = f"key #{i} contains a NUL byte"
                 break
     return error_for(rc, msg)
+
+
+def gather_values(packed: Packed, results: list[int]) -> list[bytes | None]:
+    """The values a GET_BUFFER batch read, as bytes; None where it read none (unread).
+
+    Call before the batch's values are released.
+    """
+    n = packed.n
+    total = 0
+    for r in results:
+        if r > 0:
+            total += r
+    if n <= _PER_KEY_COPY_KEYS or total >= _PER_KEY_COPY_BYTES * n:
+        ptrs = ffi.cast("char **", packed.values)
+        return [
+            ffi.unpack(ptrs[i], r) if r > 0 else (b"" if r == 0 else None)
+            for i, r in enumerate(results)
+        ]
+    blob = bytes(total)  # fresh and private (total > 0): the shim fills it in place
+    written = ffi.new("uint64_t *")
+    rc = lib.mcs_gather(written, ffi.from_buffer(blob), total, packed.values, packed.results, n)
+    if rc != 0:  # pragma: no cover - the sizes come from the same results
+        raise error_for(rc, "gathering values failed")
+    out: list[bytes | None] = []
+    pos = 0
+    for r in results:
+        if r >= 0:
+            end = pos + r
+            out.append(blob[pos:end])
+            pos = end
+        else:
+            out.append(None)
+    return out
 
 
 def nbytes(value: Any) -> int:
@@ -336,71 +452,3 @@ def checked_sizes(sizes: Sequence[int], capacities: list[int]) -> list[int]:
             )
         out.append(s)
     return out
-
-
-# ------------------------------------------------------------ ReplicateConfig
-
-
-class _ReplicateConfigs:
-    """Turns ``mooncake.store.ReplicateConfig`` objects into C++ pointers.
-
-    pybind11's cross-module conduit hands out the address of the C++ object,
-    type-checked against the shim's ``typeid(mooncake::ReplicateConfig)``.  The
-    conduit is keyed by the pybind11 ABI id of the module that built the object
-    (``_gcc_libstdcpp_cxxabi1016`` up to 0.3.11, ``...1018`` from 0.3.12): it is read
-    from the wheel (:func:`mooncake_cffi.wheel.pybind11_abi_ids`) rather than assumed,
-    and the first id the conduit answers is kept.
-    """
-
-    _CAPSULE_NAME = b"N8mooncake15ReplicateConfigE"
-
-    def __init__(self) -> None:
-        api = ctypes.pythonapi
-        self._new = api.PyCapsule_New
-        self._new.restype = ctypes.py_object
-        self._new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        self._get = api.PyCapsule_GetPointer
-        self._get.restype = ctypes.c_void_p
-        self._get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-        typeid = int(ffi.cast("uintptr_t", lib.mcs_replicate_config_typeid()))
-        self._typeid_capsule = self._new(typeid, b"St9type_info", None)
-        self._abi_id: bytes | None = None
-        from .wheel import pybind11_abi_ids
-
-        self._abi_ids = pybind11_abi_ids()
-
-    def pointer(self, obj: Any) -> Any:
-        conduit = getattr(obj, "_pybind11_conduit_v1_", None)
-        capsule = None
-        if conduit is not None:
-            ids = (self._abi_id,) if self._abi_id else self._abi_ids
-            for abi_id in ids:
-                capsule = conduit(abi_id, self._typeid_capsule, b"raw_pointer_ephemeral")
-                if capsule is not None:
-                    self._abi_id = abi_id
-                    break
-        if capsule is None:
-            if self._abi_id is None and type(obj).__module__ == "mooncake.store":
-                tried = ", ".join(i.decode() for i in self._abi_ids) or "none found"
-                raise TypeError(
-                    "cannot take the address of this mooncake.store.ReplicateConfig: its "
-                    f"pybind11 conduit answers none of the ABI ids read from the wheel ({tried})"
-                )
-            raise TypeError(
-                "replicate_config must be a mooncake.store.ReplicateConfig, "
-                f"not {type(obj).__name__}"
-            )
-        return ffi.cast("void *", self._get(capsule, self._CAPSULE_NAME))
-
-
-_rc_lock = threading.Lock()
-_rc_converter: _ReplicateConfigs | None = None
-
-
-def replicate_pointer(obj: Any) -> Any:
-    """The C++ address of a ``mooncake.store.ReplicateConfig`` (TypeError for anything else)."""
-    global _rc_converter
-    with _rc_lock:
-        if _rc_converter is None:
-            _rc_converter = _ReplicateConfigs()
-    return _rc_converter.pointer(obj)

@@ -1,48 +1,105 @@
 """How multi-step operations proceed, shared by the synchronous and asynchronous clients.
 
-A plan is a generator: it yields requests ``(op, keys, buffers)``, receives each one's
-per-key results from whichever driver runs it (``Client`` blocks in the shim, ``AsyncClient``
-awaits a completion), and returns the answer.  Also here: turning per-key error codes into
-exceptions, and cutting the values of a GET_BUFFER batch into ``bytes``.
+A plan is a generator: it yields requests, a :class:`Step` (one batch to run) or a
+:class:`Sleep` (a pause, between retries), receives each step's answer from whichever driver
+runs it (:class:`~._blocking.BlockingCalls` blocks in the shim, :class:`mooncake_cffi.AsyncClient`
+awaits a completion), and returns the answer of the whole operation.  A step that fails is
+thrown into the plan at its ``yield``.  The answer of a GET_BUFFER step is the values read
+(None where unread); of any other step, the per-key results.  Also here: turning per-key
+error codes into exceptions.  Pure: nothing here touches the native library.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from ._binding import ffi, lib
-from ._marshal import Packed
-from .errors import MooncakeError, error_for
+from ._types import DEFAULT, Timeout
+from .errors import InvalidArgumentError, MooncakeError, MooncakeTimeoutError, error_for
+from .retry import RetryPolicy
 from .status import (
+    FLAG_SKIP_EXISTING,
     INVALID_PARAMS,
+    MCS_E_DUPLICATE_KEY,
     NO_AVAILABLE_HANDLE,
     OBJECT_NOT_FOUND,
+    OP_EXISTS,
+    OP_GET,
+    OP_GET_BUFFER,
+    OP_PUT,
+    OP_SIZE,
+    PUT_EXISTED,
+    REPLICA_IS_NOT_READY,
     describe,
+    is_retryable,
 )
 
 __all__ = [
     "MAX_RESIZE_ROUNDS",
+    "NOT_READY",
+    "PREFIX_FIRST_WINDOW",
     "Deadline",
+    "Request",
+    "Sleep",
+    "Step",
     "batch_get_plan",
-    "gather_values",
+    "call_limit",
+    "store_plan",
+    "first_writer_plan",
+    "lookup_prefix_plan",
     "raise_key_errors",
+    "retry_plan",
     "segment_note",
 ]
-
-OP_EXISTS, OP_GET, OP_SIZE = lib.MCS_OP_EXISTS, lib.MCS_OP_GET, lib.MCS_OP_SIZE
-OP_GET_BUFFER = lib.MCS_OP_GET_BUFFER
 
 #: A value that keeps changing size while it is read is given up on after this many rounds
 #: (with an error: never a truncated value, never "missing" for a present key).
 MAX_RESIZE_ROUNDS = 16
-#: GET_BUFFER values are copied out one by one for few keys or large values (one copy),
-#: else gathered into one buffer by the shim and cut (no per-key call into C).
-_PER_KEY_COPY_KEYS = 8
-_PER_KEY_COPY_BYTES = 32 * 1024
 
-Request = tuple[int, list[Any], list[Any] | None]
+
+class Step(NamedTuple):
+    """One batch for the driver to run: ``op`` (a ``status.OP_*`` code) over ``keys``, with
+    ``bufs`` for GET / PUT / UPSERT (None otherwise) and their ``sizes`` (None: each
+    buffer's length), ``flags`` (``status.FLAG_*``) and a replica config for writes."""
+
+    op: int
+    keys: list[Any]
+    bufs: list[Any] | None = None
+    flags: int = 0
+    replicate_config: Any = None
+    sizes: list[int] | None = None
+
+
+class Sleep(NamedTuple):
+    """A pause of ``seconds`` (cut short by the call's deadline) before the next step."""
+
+    seconds: float
+
+
+Request = Step | Sleep
+Plan = Generator[Request, Any, Any]
+
+#: What :func:`batch_get_plan` gives, when asked to, for a key whose replica is still being
+#: written (REPLICA_IS_NOT_READY) instead of raising.
+NOT_READY: Any = type("NotReady", (), {"__repr__": lambda self: "NOT_READY"})()
+
+
+#: The longest deadline the shim's millisecond fields hold (int32: 24.8 days).
+MAX_TIMEOUT = (2**31 - 1) / 1000
+
+
+def call_limit(timeout: Timeout, default: float | None) -> float | None:
+    """A call's time limit in seconds (None: none): ``timeout``, or ``default`` when it is
+    :data:`~._types.DEFAULT`; a ValueError for one that is not positive seconds."""
+    t = default if timeout is DEFAULT else timeout
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= MAX_TIMEOUT:
+        raise ValueError(
+            f"timeout must be positive seconds (at most {MAX_TIMEOUT:g}) or None, not {t!r}"
+        )
+    return float(t)
 
 
 class Deadline:
@@ -52,15 +109,26 @@ class Deadline:
     step gets what the steps before it left (at least 1 ms, so a late step times out
     rather than running unbounded)."""
 
-    __slots__ = ("end",)
+    __slots__ = ("end", "limit")
 
     def __init__(self, limit: float | None, start: float | None = None) -> None:
         """``limit`` seconds from ``start`` (a time.monotonic() reading; default now)."""
         begin = time.monotonic() if start is None else start
+        self.limit = limit
         self.end = None if limit is None else begin + limit
 
     def left(self) -> float | None:
         return None if self.end is None else max(0.001, self.end - time.monotonic())
+
+    def noted(self, exc: MooncakeTimeoutError) -> MooncakeTimeoutError:
+        """``exc`` (a step that timed out, whose message gives what the step had left) with
+        the call's own deadline added, which is the one the caller set."""
+        if self.limit is None or "the call's deadline" in exc.message:
+            return exc
+        if f" {max(1, round(self.limit * 1000))} ms" in exc.message:
+            return exc  # the step had the whole deadline: the message already names it
+        note = f"{exc.message}; the call's deadline: {self.limit:g} s"
+        return MooncakeTimeoutError(exc.code, note, exc.results, exc.batch_id)
 
 
 def segment_note(config: Any) -> str:
@@ -92,42 +160,9 @@ def raise_key_errors(
             raise error_for(r, msg, results)
 
 
-def gather_values(packed: Packed, results: list[int]) -> list[bytes | None]:
-    """The values a GET_BUFFER batch read, as bytes; None where it read none (unread).
-
-    Call before the batch's values are released.
-    """
-    n = packed.n
-    total = 0
-    for r in results:
-        if r > 0:
-            total += r
-    if n <= _PER_KEY_COPY_KEYS or total >= _PER_KEY_COPY_BYTES * n:
-        ptrs = ffi.cast("char **", packed.values)
-        return [
-            ffi.unpack(ptrs[i], r) if r > 0 else (b"" if r == 0 else None)
-            for i, r in enumerate(results)
-        ]
-    blob = bytes(total)  # fresh and private (total > 0): the shim fills it in place
-    written = ffi.new("uint64_t *")
-    rc = lib.mcs_gather(written, ffi.from_buffer(blob), total, packed.values, packed.results, n)
-    if rc != 0:  # pragma: no cover - the sizes come from the same results
-        raise error_for(rc, "gathering values failed")
-    out: list[bytes | None] = []
-    pos = 0
-    for r in results:
-        if r >= 0:
-            end = pos + r
-            out.append(blob[pos:end])
-            pos = end
-        else:
-            out.append(None)
-    return out
-
-
 def batch_get_plan(
-    keys: list[Any], segment_note: str = ""
-) -> Generator[Request, list[Any], list[bytes | None]]:
+    keys: list[Any], not_ready: Any = None
+) -> Generator[Request, list[Any], list[Any]]:
     """Values of ``keys`` (None where missing), in as few round trips as the data allows.
 
     1. One GET_BUFFER batch: Mooncake sizes and reads every key into its local buffer
@@ -137,32 +172,44 @@ def batch_get_plan(
        looked up with one EXISTS batch; present ones are sized and read into buffers of
        their size, sized again and re-read while they keep growing (a value replaced by a
        larger one meanwhile is still read whole), at most MAX_RESIZE_ROUNDS times.
+
+    ``not_ready``: when not None, what a key whose replica is still being written gets
+    (e.g. :data:`NOT_READY`), instead of REPLICA_IS_NOT_READY being raised.
     """
-    out: list[bytes | None] = yield OP_GET_BUFFER, keys, None
+    tolerate = () if not_ready is None else (REPLICA_IS_NOT_READY,)
+    out: list[Any] = yield Step(OP_GET_BUFFER, keys)
     unread = [i for i, v in enumerate(out) if v is None]
     if not unread:
         return out
-    present = yield OP_EXISTS, [keys[i] for i in unread], None
-    raise_key_errors([keys[i] for i in unread], present)
+    present = yield Step(OP_EXISTS, [keys[i] for i in unread])
+    raise_key_errors([keys[i] for i in unread], present, tolerate)
     todo = [i for i, p in zip(unread, present) if p == 1]
+    for i, p in zip(unread, present):
+        if p == REPLICA_IS_NOT_READY:
+            out[i] = not_ready
     for _round in range(MAX_RESIZE_ROUNDS):
         if not todo:
             return out
-        sizes = yield OP_SIZE, [keys[i] for i in todo], None
-        raise_key_errors([keys[i] for i in todo], sizes, (OBJECT_NOT_FOUND,))
-        todo = [i for i, s in zip(todo, sizes) if s >= 0]
-        sizes = [s for s in sizes if s >= 0]
+        sizes = yield Step(OP_SIZE, [keys[i] for i in todo])
+        raise_key_errors([keys[i] for i in todo], sizes, (OBJECT_NOT_FOUND, *tolerate))
+        for i, size in zip(todo, sizes):
+            if size == REPLICA_IS_NOT_READY:
+                out[i] = not_ready
+        todo = [i for i, size in zip(todo, sizes) if size >= 0]
+        sizes = [size for size in sizes if size >= 0]
         if not todo:
             return out
         # Fresh bytes objects (size >= 1), filled in place: the value is copied once.
-        bufs = [bytes(max(1, s)) for s in sizes]
-        read = yield OP_GET, [keys[i] for i in todo], bufs
+        bufs = [bytes(max(1, size)) for size in sizes]
+        read = yield Step(OP_GET, [keys[i] for i in todo], bufs)
         retry = []
         for i, buf, r in zip(todo, bufs, read):
             if r >= 0:
                 out[i] = buf if r == len(buf) else buf[:r]
             elif r == INVALID_PARAMS:
                 retry.append(i)  # replaced by a larger value meanwhile
+            elif r == REPLICA_IS_NOT_READY and tolerate:
+                out[i] = not_ready
             elif r != OBJECT_NOT_FOUND:
                 raise error_for(r, f"key {keys[i]!r}: {describe(r)}", read)
         todo = retry
@@ -173,3 +220,139 @@ def batch_get_plan(
             "being read; giving up rather than returning a truncated value",
         )
     return out
+
+
+#: lookup_prefix asks at least this many keys first.
+PREFIX_FIRST_WINDOW = 16
+
+
+def _wire(key: Any) -> bytes:
+    """A key as the shim compares it (str keys travel as UTF-8)."""
+    return key.encode() if isinstance(key, str) else bytes(key)
+
+
+def lookup_prefix_plan(
+    keys: list[Any], all_hit_before: bool
+) -> Generator[Request, list[Any], tuple[int, bool]]:
+    """How many leading ``keys`` are stored, and whether all were (for the next lookup).
+
+    The first ``max(16, n // 8)`` keys are asked, and the rest only if all of those are
+    present; after a lookup that found every key (``all_hit_before``) all keys are asked
+    in one window, until a lookup finds a miss again.  A key given twice is asked once.
+    """
+    n = len(keys)
+    first = n if all_hit_before else min(n, max(PREFIX_FIRST_WINDOW, n // 8))
+    done = 0
+    for window in (keys[:first], keys[first:]):
+        if not window:
+            break
+        try:
+            found = yield Step(OP_EXISTS, window)
+        except InvalidArgumentError as exc:  # a key given twice: ask each key once
+            if exc.code != MCS_E_DUPLICATE_KEY:
+                raise
+            unique = list({_wire(k): k for k in window}.items())
+            asked = yield Step(OP_EXISTS, [k for _, k in unique])
+            raise_key_errors([k for _, k in unique], asked)
+            answer = {w: r for (w, _), r in zip(unique, asked)}
+            found = [answer[_wire(k)] for k in window]
+        raise_key_errors(window, found)
+        if found.count(1) != len(found):  # (a C-speed check of the common all-present case)
+            return done + next(i for i, r in enumerate(found) if r != 1), False
+        done += len(window)
+    return done, n > 0
+
+
+def _subset(step: Step, idx: list[int]) -> Step:
+    """``step`` for the keys at ``idx`` only."""
+    return step._replace(
+        keys=[step.keys[i] for i in idx],
+        bufs=None if step.bufs is None else [step.bufs[i] for i in idx],
+        sizes=None if step.sizes is None else [step.sizes[i] for i in idx],
+    )
+
+
+def retry_plan(
+    policy: RetryPolicy, step: Step, results: list[int], deadline: float | None
+) -> Generator[Request, list[int], list[int]]:
+    """``results`` of ``step`` after trying its retryable keys again per ``policy``, each
+    attempt only for those keys, after the policy's backoff (see :mod:`mooncake_cffi.retry`).
+
+    Retrying stops when the attempts are used up, when no key is retryable, or when the
+    next wait would pass ``deadline`` (a ``time.monotonic()`` value, None: none) or the
+    policy's ``budget``.  The results say per key what the last attempt did.
+    """
+    start = time.monotonic()
+    for delay in policy.delays():
+        todo = [i for i, r in enumerate(results) if r < 0 and is_retryable(r)]
+        if not todo:
+            break
+        now = time.monotonic()
+        if deadline is not None and now + delay >= deadline:
+            break
+        if policy.budget is not None and now + delay - start > policy.budget:
+            break
+        yield Sleep(delay)
+        again = yield _subset(step, todo)
+        for i, r in zip(todo, again):
+            results[i] = r
+    return results
+
+
+#: A skip-existing put that finds its key missing right after writing it (the writer it lost
+#: to failed) writes it again, at most this many times.
+FIRST_WRITER_ROUNDS = 20
+#: ... waiting this long between rounds.
+FIRST_WRITER_WAIT = 0.025
+
+
+def first_writer_plan(
+    step: Step, values: Sequence[Any], results: list[int]
+) -> Generator[Request, Any, list[int]]:
+    """Tell the losers of a put race that their key already existed: ``results`` of the
+    skip-existing put ``step`` with ``PUT_EXISTED`` for every key another writer won.
+
+    Mooncake's put of a key that appeared meanwhile succeeds and keeps the first value,
+    so every key the put reports written is read back: stored bytes that are not this
+    call's ``values``, or a replica still being written (only another writer can be writing
+    it: this call's own put has ended), mean another writer won.  A key missing right after
+    (the writer it lost to failed, or it was removed) is written again.  Two writers of
+    identical bytes both see "written".
+    """
+    todo = [i for i, r in enumerate(results) if r == 0]
+    for _round in range(FIRST_WRITER_ROUNDS):
+        if not todo:
+            return results
+        stored = yield from batch_get_plan([step.keys[i] for i in todo], not_ready=NOT_READY)
+        missing = []
+        for i, value in zip(todo, stored):
+            if value is None:
+                missing.append(i)
+            elif value is NOT_READY or value != memoryview(values[i]).cast("B"):
+                results[i] = PUT_EXISTED
+        todo = []
+        if missing:
+            yield Sleep(FIRST_WRITER_WAIT)
+            again = yield _subset(step, missing)._replace(flags=step.flags | FLAG_SKIP_EXISTING)
+            for i, r in zip(missing, again):
+                results[i] = r
+            todo = [i for i, r in zip(missing, again) if r == 0]
+    return results
+
+
+def store_plan(
+    step: Step,
+    values: Sequence[Any],
+    policy: RetryPolicy | None,
+    deadline: float | None,
+    shim_confirms: bool = False,
+) -> Generator[Request, Any, list[int]]:
+    """A put or upsert ``step`` (of ``values``): retried per ``policy``; for a
+    skip-existing put, the losers of a race told (:func:`first_writer_plan`), unless
+    ``shim_confirms`` (``integrity`` on: the shim tells them from each key's trailer)."""
+    results: list[int] = yield step
+    if policy is not None and results and min(results) < 0:
+        results = yield from retry_plan(policy, step, results, deadline)
+    if step.op == OP_PUT and step.flags & FLAG_SKIP_EXISTING and not shim_confirms:
+        results = yield from first_writer_plan(step, values, results)
+    return results

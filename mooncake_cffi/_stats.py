@@ -12,25 +12,9 @@ from typing import Any
 from . import status
 from ._binding import ffi, lib
 from .errors import check
+from .status import LANE_OPS, LANES, OPS
 
-__all__ = ["LANES", "OPS", "OP_CODES", "LANE_OPS", "OP_LANE", "lane_stats", "op_stats"]
-
-#: Lane names, in the shim's order (enum mcs_lane_id).
-LANES = ("lookup", "retrieve", "store", "delete", "shared")
-#: Operation names, in the shim's order (enum mcs_op).
-OPS = ("exists", "get", "put", "upsert", "remove", "size", "get_buffer")
-#: Operation codes by name (enum mcs_op).
-OP_CODES = {name: code for code, name in enumerate(OPS)}
-#: Which operations each lane serves (a lane without workers of its own still counts them).
-LANE_OPS = {
-    "lookup": ("exists", "size"),
-    "retrieve": ("get", "get_buffer"),
-    "store": ("put", "upsert"),
-    "delete": ("remove",),
-}
-
-#: The lane that serves each operation.
-OP_LANE = {op: lane for lane, ops in LANE_OPS.items() for op in ops}
+__all__ = ["integrity_stats", "lane_stats", "op_stats"]
 
 _LANE_FIELDS = (
     "workers",
@@ -130,4 +114,17 @@ def lane_stats(handle: Any) -> dict[str, dict[str, Any]]:
                 p99_us=_percentile(buckets, 99),
             )
         out[name] = rec
+    return out
+
+
+_INTEGRITY_FIELDS = ("written", "verified", "retried", "failed")
+
+
+def integrity_stats(handle: Any) -> dict[str, int | bool]:
+    """The client's value-verification counters (see :mod:`mooncake_cffi.integrity`)."""
+    st = ffi.new("struct mcs_integrity_stats *")
+    st.struct_size = ffi.sizeof("struct mcs_integrity_stats")
+    check(lib.mcs_client_integrity_stats(handle, st))
+    out: dict[str, int | bool] = {"enabled": bool(st.enabled)}
+    out.update({f: int(getattr(st, f)) for f in _INTEGRITY_FIELDS})
     return out

@@ -1,60 +1,103 @@
 """asyncio front end: :class:`AsyncClient` awaits the shim's completion eventfd.
 
 No polling thread and no thread per request: batches are submitted to the lanes from the
-event loop (``Client.submit``), and ``loop.add_reader`` on the client's eventfd drains
-finished batches (``Client.drain``) and resolves their futures.  Multi-step operations
-follow the same plans as the blocking client (:mod:`._plans`).
+event loop (``client.batches``), and ``loop.add_reader`` on the client's eventfd drains
+finished batches and resolves their futures.  Every operation is a plan of
+:mod:`._plans` (the same plans, retries and first-writer check the blocking client runs),
+driven here by awaiting one completion per step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._marshal import nbytes
-from ._plans import Deadline, batch_get_plan, raise_key_errors, segment_note
-from .client import EXISTED, OPS, Client, Completion
+from ._plans import (
+    Deadline,
+    Plan,
+    Sleep,
+    Step,
+    batch_get_plan,
+    call_limit,
+    lookup_prefix_plan,
+    raise_key_errors,
+    retry_plan,
+    segment_note,
+    store_plan,
+)
+from ._types import DEFAULT, Key, Timeout
+from .batches import Completion
+from .client import EXISTED, Client
 from .config import StoreConfig
-from .errors import MooncakeTimeoutError, QueueFullError, error_for
-from .status import MCS_E_TIMEOUT, OBJECT_NOT_FOUND
+from .errors import MooncakeError, MooncakeTimeoutError, QueueFullError, error_for
+from .status import (
+    FLAG_FORCE,
+    FLAG_SKIP_EXISTING,
+    MCS_E_TIMEOUT,
+    OBJECT_NOT_FOUND,
+    OP_CODES,
+    OP_EXISTS,
+    OP_GET,
+    OP_GET_BUFFER,
+    OP_PUT,
+    OP_REMOVE,
+    OP_SIZE,
+    OP_UPSERT,
+    OPS,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._types import Buffer, ClientOptions
+    from .replica import ReplicateConfig
 
 __all__ = ["AsyncClient", "EXISTED"]
 
-_DEFAULT = object()
-
 
 class AsyncClient:
-    """Awaitable operations over a :class:`Client`.
+    """Awaitable operations over a :class:`Client`, with the same names and answers.
 
-    ``AsyncClient(config, **client_kwargs)`` creates its own client (with
-    ``queue_timeout=0``: a full lane makes a coroutine wait for a completion
-    instead of blocking the loop); ``AsyncClient(client)`` wraps an existing
-    one.  Use it from one event loop; ``async with`` or ``await aclose()``.
+    ``AsyncClient(config, **options)`` creates its own client (``options`` are
+    :class:`Client`'s; ``queue_timeout`` defaults to 0 here: a full lane makes a coroutine
+    wait for a completion instead of blocking the loop); ``AsyncClient(client)`` wraps an
+    existing one (and does not close it).  Use it from one event loop; ``async with`` or
+    ``await aclose()``.
 
-    Every operation takes ``timeout=`` (seconds; default the client's
-    ``op_timeout``) and raises :class:`MooncakeTimeoutError` when it passes.  A
-    timed-out or cancelled call stops waiting, but a batch already handed to
-    Mooncake cannot be recalled: the client keeps its buffers alive until it
-    finishes, and Mooncake may still read (put) or write (get_into) the caller's
-    buffers until then -- wait for :attr:`Client.in_flight` to drop (or
-    :meth:`quiesce`) before reusing them.
+    Every operation takes ``timeout=`` (seconds; default the client's ``op_timeout``) and
+    raises :class:`MooncakeTimeoutError` when it passes; failures that may succeed when tried
+    again are retried per the client's ``retry`` policy.  A timed-out or cancelled call stops
+    waiting, but a batch already handed to Mooncake cannot be recalled: Mooncake may still
+    read (put) or write (get_into) the caller's buffers until it finishes -- wait for
+    :meth:`quiesce` before reusing them.  With an L1 region registered, the bytes calls run
+    the client's blocking calls in the loop's executor (they copy through the L1 staging
+    area); those do not wait for room in a full lane (``QueueFullError`` at once with the
+    default ``queue_timeout`` of 0): pass ``queue_timeout=`` seconds for them to wait.
     """
 
-    def __init__(self, config: Client | StoreConfig | Mapping[str, Any] | str, **kwargs: Any):
+    def __init__(
+        self,
+        config: Client | StoreConfig | Mapping[str, Any] | str,
+        **options: Unpack[ClientOptions],
+    ) -> None:
         if isinstance(config, Client):
-            if kwargs:
+            if options:
                 raise TypeError("keyword arguments apply only when AsyncClient creates the client")
             self.client = config
             self._owns = False
         else:
-            kwargs.setdefault("queue_timeout", 0)
-            self.client = Client(config, **kwargs)
+            options.setdefault("queue_timeout", 0)
+            self.client = Client(config, **options)
             self._owns = True
         self._futures: dict[int, asyncio.Future[Completion]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = self.client.fileno()
         self._progress: asyncio.Event | None = None
+        self._prefix_all_hit = False
+        self._note = segment_note(self.client.config)
+        self._confirms = self.client.config.integrity == "crc32c"  # see Values.shim_confirms
 
     # ---------------------------------------------------------- machinery
 
@@ -76,28 +119,24 @@ class AsyncClient:
         if self._progress is not None:
             self._progress.set()
 
-    def _timeout(self, timeout: Any) -> float | None:
-        return self.client.op_timeout if timeout is _DEFAULT else timeout
+    async def _wait_progress(self) -> None:
+        assert self._progress is not None
+        self._progress.clear()
+        await self._progress.wait()
 
-    async def submit(
-        self, op: str, keys: Sequence[Any], buffers: Any = None, *, timeout: Any = _DEFAULT, **kw
-    ) -> Completion:
-        """Submit a batch (see :meth:`Client.submit`) and await its completion."""
+    async def _run(self, step: Step, limit: float | None, writable: bool = False) -> Completion:
+        """Submit one step's batch and await its completion, within ``limit`` seconds."""
         loop = self._attach()
         while True:
             try:
-                batch_id = self.client.submit(op, keys, buffers, **kw)
+                batch_id = self.client.batches.submit_step(step, writable=writable)
                 break
             except QueueFullError:
-                # Wait for some batch to finish rather than blocking the loop.
-                assert self._progress is not None
-                self._progress.clear()
-                if not self._futures:
+                if not self._futures:  # nothing of ours can free the lane
                     raise
-                await self._progress.wait()
+                await self._wait_progress()  # some batch finishes, rather than blocking
         fut: asyncio.Future[Completion] = loop.create_future()
         self._futures[batch_id] = fut
-        limit = self._timeout(timeout)
         if limit is None:
             return await fut
         try:
@@ -105,127 +144,296 @@ class AsyncClient:
         except asyncio.TimeoutError:
             raise MooncakeTimeoutError(
                 MCS_E_TIMEOUT,
-                f"{op} of {len(keys)} key(s) did not finish within {limit} s (batch {batch_id} "
-                "goes on; its buffers stay in use until it completes)",
+                f"{OPS[step.op]} of {len(step.keys)} key(s) did not finish within {limit} s "
+                f"(batch {batch_id} goes on; its buffers stay in use until it completes)",
             ) from None
+
+    async def _drive(
+        self, plan: Plan, timeout: Timeout, retrying: bool = True, call: Deadline | None = None
+    ) -> Any:
+        """A plan's steps, one completion each, all within the call's deadline (``call``,
+        when the plan is part of another's: a retry); each step retried per the client's
+        policy (unless ``retrying`` is False)."""
+        if call is None:
+            call = Deadline(call_limit(timeout, self.client.op_timeout))
+        deadline = call
+        policy = self.client.retry if retrying else None
+        try:
+            request = next(plan)
+            while True:
+                if isinstance(request, Sleep):
+                    left = deadline.left()
+                    await asyncio.sleep(
+                        request.seconds if left is None else min(request.seconds, left)
+                    )
+                    request = plan.send(None)
+                    continue
+                try:
+                    comp = await self._run(request, deadline.left())
+                    if not comp.ran:
+                        raise error_for(comp.status, comp.message)
+                except MooncakeError as exc:
+                    request = plan.throw(exc)
+                    continue
+                answer: Any = comp.values if request.op == OP_GET_BUFFER else comp.results
+                if policy is not None and request.op != OP_GET_BUFFER and min(answer) < 0:
+                    again = retry_plan(policy, request, answer, deadline.end)
+                    answer = await self._drive(again, deadline.left(), False, deadline)
+                request = plan.send(answer)
+        except StopIteration as done:
+            return done.value
+        except MooncakeTimeoutError as exc:
+            raise deadline.noted(exc) from None
+
+    async def _one(self, step: Step, timeout: Timeout) -> list[int]:
+        """One step as a plan of one (so it is retried like any other)."""
+
+        def plan() -> Plan:
+            return (yield step)
+
+        results: list[int] = await self._drive(plan(), timeout)
+        return results
+
+    async def _blocking(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The client's blocking ``name`` in the loop's executor (the L1 staging path)."""
+        call = functools.partial(getattr(self.client, name), *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    def _staged(self) -> bool:
+        return self.client.l1_registered
+
+    async def submit(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        buffers: Sequence[Buffer] | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
+        force: bool = False,
+        skip_existing: bool = False,
+        replicate_config: ReplicateConfig | None = None,
+        timeout: Timeout = DEFAULT,
+    ) -> Completion:
+        """Submit a batch (as :meth:`Client.submit`) and await its :class:`Completion`."""
+        if op not in OP_CODES:
+            raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
+        code = OP_CODES[op]
+        flags = (FLAG_FORCE if force else 0) | (FLAG_SKIP_EXISTING if skip_existing else 0)
+        bufs = None if buffers is None else list(buffers)
+        step = Step(code, list(keys), bufs, flags, replicate_config, _list(sizes))
+        return await self._run(step, call_limit(timeout, self.client.op_timeout), code == OP_GET)
 
     async def quiesce(self) -> None:
         """Wait until no batch of this client is in flight (buffers free to reuse)."""
         self._attach()
         while self.client.in_flight:
-            assert self._progress is not None
-            self._progress.clear()
-            if not self.client.in_flight:
-                break
-            await self._progress.wait()
+            await self._wait_progress()
 
-    async def _drive(self, plan: Any, timeout: Any) -> Any:
-        """A plan's steps, all of them within the call's deadline."""
-        deadline = Deadline(self._timeout(timeout))
-        op, keys, bufs = next(plan)
-        while True:
-            comp = await self.submit(OPS[op], keys, bufs, timeout=deadline.left())
-            if not comp.ran:
-                raise error_for(comp.status, comp.message)
-            answer = comp.values if comp.op == "get_buffer" else comp.results
-            try:
-                op, keys, bufs = plan.send(answer)
-            except StopIteration as done:
-                return done.value
+    # ---------------------------------------------------------------- reads
 
-    def _key_errors(self, keys: Sequence[Any], results: Sequence[int], allow=(), sizes=None):
-        raise_key_errors(keys, results, allow, sizes, segment_note(self.client.config))
-
-    # ---------------------------------------------------------- operations
-
-    async def exists(self, key: str | bytes, *, timeout: Any = _DEFAULT) -> bool:
-        """True if ``key`` exists."""
-        return (await self.batch_exists([key], timeout=timeout))[0]
-
-    async def batch_exists(
-        self, keys: Sequence[str | bytes], *, timeout: Any = _DEFAULT
-    ) -> list[bool]:
-        """Whether each key exists."""
-        comp = await self.submit("exists", keys, timeout=timeout)
-        self._key_errors(keys, comp.results)
-        return list(map(bool, comp.results))  # 1 or 0 once errors are raised
-
-    async def get(self, key: str | bytes, *, timeout: Any = _DEFAULT) -> bytes | None:
+    async def get(self, key: Key, *, timeout: Timeout = DEFAULT) -> bytes | None:
         """The value of ``key``, or None if it does not exist (one round trip usually)."""
         return (await self.batch_get([key], timeout=timeout))[0]
 
     async def batch_get(
-        self, keys: Sequence[str | bytes], *, timeout: Any = _DEFAULT
+        self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT
     ) -> list[bytes | None]:
         """Values of the keys (None where missing), as :meth:`Client.batch_get`."""
-        return await self._drive(batch_get_plan(list(keys)), timeout)
+        if self._staged():
+            return await self._blocking("batch_get", keys, timeout=timeout)  # type: ignore[no-any-return]
+        values: list[bytes | None] = await self._drive(batch_get_plan(list(keys)), timeout)
+        return values
 
     async def get_into(
         self,
-        keys: Sequence[str | bytes],
-        buffers: Sequence[Any],
+        keys: Sequence[Key],
+        buffers: Sequence[Buffer],
         sizes: Sequence[int] | None = None,
         *,
-        timeout: Any = _DEFAULT,
+        timeout: Timeout = DEFAULT,
     ) -> list[int]:
         """Read into writable buffers; per key bytes read or a negative code."""
-        return (await self.submit("get", keys, buffers, sizes=sizes, timeout=timeout)).results
+        step = Step(OP_GET, list(keys), list(buffers), 0, None, _list(sizes))
+        comp = await self._run(step, call_limit(timeout, self.client.op_timeout), writable=True)
+        if not comp.ran:
+            raise error_for(comp.status, comp.message)
+        return comp.results
 
-    async def put(self, key: str | bytes, value: Any, *, timeout: Any = _DEFAULT) -> None:
+    async def exists(self, key: Key, *, timeout: Timeout = DEFAULT) -> bool:
+        """True if ``key`` exists."""
+        return (await self.batch_exists([key], timeout=timeout))[0]
+
+    async def batch_exists(self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT) -> list[bool]:
+        """Whether each key exists."""
+        key_list = list(keys)
+        results = await self._one(Step(OP_EXISTS, key_list), timeout)
+        raise_key_errors(key_list, results)
+        return [r == 1 for r in results]
+
+    async def size(self, key: Key, *, timeout: Timeout = DEFAULT) -> int | None:
+        """Size in bytes of the value of ``key``, or None if it does not exist."""
+        return (await self.batch_size([key], timeout=timeout))[0]
+
+    async def batch_size(
+        self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT
+    ) -> list[int | None]:
+        """Size in bytes of each key's value (None for a missing key)."""
+        key_list = list(keys)
+        results = await self._one(Step(OP_SIZE, key_list), timeout)
+        raise_key_errors(key_list, results, (OBJECT_NOT_FOUND,))
+        return [None if r == OBJECT_NOT_FOUND else r for r in results]
+
+    async def lookup_prefix(self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT) -> int:
+        """How many leading ``keys`` are stored, as :meth:`Client.lookup_prefix`."""
+        plan = lookup_prefix_plan(list(keys), self._prefix_all_hit)
+        count, self._prefix_all_hit = await self._drive(plan, timeout)
+        return int(count)
+
+    # --------------------------------------------------------------- writes
+
+    async def _store(
+        self,
+        op: int,
+        keys: Sequence[Key],
+        values: Sequence[Any],
+        flags: int,
+        replicate_config: Any,
+        timeout: Timeout,
+    ) -> list[int]:
+        key_list, value_list = list(keys), list(values)
+        if self._staged():
+            name = "batch_upsert" if op == OP_UPSERT else "batch_put"
+            kwargs: dict[str, Any] = {"replicate_config": replicate_config, "timeout": timeout}
+            if flags & FLAG_SKIP_EXISTING:
+                kwargs["skip_existing"] = True
+            return await self._blocking(name, key_list, value_list, **kwargs)  # type: ignore[no-any-return]
+        deadline = Deadline(call_limit(timeout, self.client.op_timeout))
+        step = Step(op, key_list, value_list, flags, replicate_config)
+        plan = store_plan(step, value_list, self.client.retry, deadline.end, self._confirms)
+        results: list[int] = await self._drive(plan, deadline.left(), retrying=False)
+        return results
+
+    def _raise(self, keys: list[Any], values: list[Any], results: list[int]) -> None:
+        sizes = [memoryview(v).nbytes for v in values]
+        raise_key_errors(keys, results, (), sizes, self._note)
+
+    async def put(
+        self,
+        key: Key,
+        value: Buffer,
+        *,
+        replicate_config: ReplicateConfig | None = None,
+        timeout: Timeout = DEFAULT,
+    ) -> None:
         """Store ``value`` (first writer wins, as :meth:`Client.put`)."""
-        res = await self.batch_put([key], [value], timeout=timeout)
-        self._key_errors([key], res, (), [nbytes(value)])
+        results = await self._store(OP_PUT, [key], [value], 0, replicate_config, timeout)
+        self._raise([key], [value], results)
 
-    async def upsert(self, key: str | bytes, value: Any, *, timeout: Any = _DEFAULT) -> None:
+    async def put_if_absent(
+        self,
+        key: Key,
+        value: Buffer,
+        *,
+        replicate_config: ReplicateConfig | None = None,
+        timeout: Timeout = DEFAULT,
+    ) -> bool:
+        """Store ``value`` unless ``key`` exists; True if written, False if it existed
+        (of writers racing on one key exactly one is told True, as :meth:`Client.put_if_absent`)."""
+        skip = FLAG_SKIP_EXISTING
+        results = await self._store(OP_PUT, [key], [value], skip, replicate_config, timeout)
+        self._raise([key], [value], results)
+        return results[0] == 0
+
+    async def upsert(
+        self,
+        key: Key,
+        value: Buffer,
+        *,
+        replicate_config: ReplicateConfig | None = None,
+        timeout: Timeout = DEFAULT,
+    ) -> None:
         """Store ``value``, replacing any existing one."""
-        comp = await self.submit("upsert", [key], [value], timeout=timeout)
-        self._key_errors([key], comp.results, (), [nbytes(value)])
+        results = await self._store(OP_UPSERT, [key], [value], 0, replicate_config, timeout)
+        self._raise([key], [value], results)
 
     async def batch_put(
         self,
-        keys: Sequence[str | bytes],
-        values: Sequence[Any],
+        keys: Sequence[Key],
+        values: Sequence[Buffer],
         *,
         skip_existing: bool = False,
-        timeout: Any = _DEFAULT,
+        replicate_config: ReplicateConfig | None = None,
+        timeout: Timeout = DEFAULT,
     ) -> list[int]:
         """Per-key status: 0 stored, :data:`EXISTED` with ``skip_existing``, <0 error."""
-        comp = await self.submit("put", keys, values, skip_existing=skip_existing, timeout=timeout)
-        return comp.results
+        flags = FLAG_SKIP_EXISTING if skip_existing else 0
+        return await self._store(OP_PUT, keys, values, flags, replicate_config, timeout)
+
+    async def batch_upsert(
+        self,
+        keys: Sequence[Key],
+        values: Sequence[Buffer],
+        *,
+        replicate_config: ReplicateConfig | None = None,
+        timeout: Timeout = DEFAULT,
+    ) -> list[int]:
+        """Like :meth:`batch_put` but replaces existing values; per-key status."""
+        return await self._store(OP_UPSERT, keys, values, 0, replicate_config, timeout)
 
     async def put_from(
-        self, keys: Sequence[str | bytes], buffers: Sequence[Any], *, timeout: Any = _DEFAULT
+        self,
+        keys: Sequence[Key],
+        buffers: Sequence[Buffer],
+        *,
+        upsert: bool = False,
+        replicate_config: ReplicateConfig | None = None,
+        timeout: Timeout = DEFAULT,
     ) -> list[int]:
         """Store from buffers without copying; per-key status."""
-        return (await self.submit("put", keys, buffers, timeout=timeout)).results
+        op = OP_UPSERT if upsert else OP_PUT
+        deadline = Deadline(call_limit(timeout, self.client.op_timeout))
+        step = Step(op, list(keys), list(buffers), 0, replicate_config)
+        plan = store_plan(step, step.bufs or [], self.client.retry, deadline.end, self._confirms)
+        results: list[int] = await self._drive(plan, deadline.left(), retrying=False)
+        return results
 
-    async def remove(
-        self, key: str | bytes, force: bool = False, *, timeout: Any = _DEFAULT
-    ) -> bool:
+    async def remove(self, key: Key, force: bool = False, *, timeout: Timeout = DEFAULT) -> bool:
         """True if removed, False if absent; raises HasLeaseError under a read lease."""
         res = await self.batch_remove([key], force=force, timeout=timeout)
         if res[0] == OBJECT_NOT_FOUND:
             return False
-        self._key_errors([key], res)
+        raise_key_errors([key], res)
         return True
 
     async def batch_remove(
-        self, keys: Sequence[str | bytes], force: bool = False, *, timeout: Any = _DEFAULT
+        self, keys: Sequence[Key], force: bool = False, *, timeout: Timeout = DEFAULT
     ) -> list[int]:
         """Per-key status: 0 removed, -704 absent, -706 leased, ..."""
-        return (await self.submit("remove", keys, force=force, timeout=timeout)).results
+        return await self._one(
+            Step(OP_REMOVE, list(keys), None, FLAG_FORCE if force else 0), timeout
+        )
+
+    # ------------------------------------------------------------ counters
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """The client's per-lane counters (:meth:`Client.stats`; reading them never blocks)."""
+        return self.client.stats()
+
+    def op_stats(self) -> dict[str, dict[str, Any]]:
+        """The client's per-operation counters (:meth:`Client.op_stats`)."""
+        return self.client.op_stats()
 
     # ----------------------------------------------------------- lifecycle
 
     async def aclose(self) -> None:
-        """Stop watching the eventfd and close the client (if this object created it)."""
+        """Let the batches in flight finish (their callers get their answers: what was
+        stored is reported stored), stop watching the eventfd, and close the client if this
+        object created it."""
         if self._loop is not None:
+            while self._futures and self._loop is asyncio.get_running_loop():
+                await asyncio.wait(list(self._futures.values()))
             self._loop.remove_reader(self._fd)
             self._loop = None
-        for fut in self._futures.values():
-            if not fut.done():
-                fut.cancel()
-        self._futures.clear()
         if self._owns:
             # close() joins worker threads: keep the loop responsive meanwhile.
             await asyncio.get_running_loop().run_in_executor(None, self.client.close)
@@ -235,3 +443,7 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _list(sizes: Sequence[int] | None) -> list[int] | None:
+    return None if sizes is None else list(sizes)

@@ -21,13 +21,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .addresses import (
+    HA_BACKENDS,
+    PROTOCOLS,
+    check_local_hostname,
+    check_master_addr,
+    check_metadata_server,
+    check_protocol,
+    strip_port,
+)
+from .integrity import check_integrity
+from .replica import ReplicateConfig, replicate_config_from_fields
+from .sizes import check_setup_size
+
 __all__ = [
     "ADAPTER_TYPE",
     "CLIENT_KEYS",
     "KEY_ALIASES",
+    "HA_BACKENDS",
     "LANES",
     "LMCACHE_ONLY_KEYS",
     "MOONCAKE_KEYS",
+    "PROTOCOLS",
     "StoreConfig",
     "UnknownConfigKeyWarning",
     "parse_adapter_specs",
@@ -62,11 +77,13 @@ MOONCAKE_KEYS: frozenset[str] = frozenset(
 )
 
 #: Keys this package reads itself (they are forwarded too): ``cluster_id`` becomes
-#: ``MC_STORE_CLUSTER_ID`` for an HA master, the others the default ReplicateConfig of writes
-#: (:meth:`StoreConfig.replicate_fields`).
+#: ``MC_STORE_CLUSTER_ID`` for an HA master, ``integrity`` (``crc32c`` / ``none``) turns value
+#: verification on in the shim (:mod:`.integrity`), the others the default ReplicateConfig
+#: of writes (:meth:`StoreConfig.replicate_fields`).
 CLIENT_KEYS: frozenset[str] = frozenset(
     {
         "cluster_id",
+        "integrity",
         "replica_num",
         "with_soft_pin",
         "soft_pin_action",
@@ -93,9 +110,15 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+#: The most worker threads of the shared pool, or of one lane, that the shim starts.
+MAX_WORKERS = 1024
+
+
 def _check_num_workers(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError("num_workers must be a positive integer")
+    if value > MAX_WORKERS:
+        raise ValueError(f"num_workers must be at most {MAX_WORKERS}, got {value}")
     return value
 
 
@@ -116,6 +139,8 @@ def _check_per_op_workers(value: object) -> dict[str, int] | None:
             )
         if count <= 0:
             raise ValueError(f"per_op_workers[{lane!r}] must be a positive integer, got {count}")
+        if count > MAX_WORKERS:
+            raise ValueError(f"per_op_workers[{lane!r}] must be at most {MAX_WORKERS}, got {count}")
         lanes[lane] = count
     return lanes
 
@@ -187,6 +212,20 @@ class StoreConfig:
     # -- construction ---------------------------------------------------------------------
 
     @classmethod
+    def coerce(cls, config: StoreConfig | Mapping[str, Any] | str) -> StoreConfig:
+        """``config`` as a StoreConfig: one as it is, a dict (:meth:`from_dict`) or its JSON
+        text (:meth:`from_json`); a TypeError for anything else."""
+        if isinstance(config, StoreConfig):
+            return config
+        if isinstance(config, str):
+            return cls._build(_parse_json_object(config), stacklevel=4)
+        if isinstance(config, Mapping):
+            return cls._build(dict(config), stacklevel=4)
+        raise TypeError(
+            f"config must be a StoreConfig, a dict or JSON text, not {type(config).__name__}"
+        )
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> StoreConfig:
         """Build a config from a decoded adapter JSON object.
 
@@ -235,6 +274,11 @@ class StoreConfig:
         return out
 
     @property
+    def integrity(self) -> str:
+        """The value-verification mode: ``crc32c``, or ``none`` (the default)."""
+        return self.setup_config.get("integrity", "") or "none"
+
+    @property
     def protocol(self) -> str:
         """The transfer protocol Mooncake will use (``tcp`` unless configured)."""
         return self.setup_config.get("protocol", "tcp").lower()
@@ -244,6 +288,10 @@ class StoreConfig:
 
         Mooncake needs ``local_hostname`` and ``metadata_server``.  A ``host:port`` in
         ``local_hostname`` pins the client's port and leads to duplicate registration.
+        ``master_server_addr`` must be ``host:port`` or an HA entry (``etcd://`` ...):
+        Mooncake's setup crashes on an empty one and spends ~90 s on one without a port.
+        ``protocol`` must be a transport Mooncake knows (:data:`PROTOCOLS`), in lower case.
+        Each ValueError names the key and the value.
         """
         missing = [
             key for key in ("local_hostname", "metadata_server") if not self.setup_config.get(key)
@@ -253,14 +301,17 @@ class StoreConfig:
                 f"config is missing {' and '.join(repr(k) for k in missing)}: "
                 "Mooncake needs both 'local_hostname' and 'metadata_server'"
             )
-        hostname = self.setup_config["local_hostname"]
-        host = _strip_port(hostname)
-        if host is not None:
-            raise ValueError(
-                f"local_hostname {hostname!r} carries a port, which makes Mooncake register "
-                f"the client twice (duplicate registration); drop the port and use {host!r}: "
-                "Mooncake picks the client's port itself"
-            )
+        check_metadata_server(self.setup_config["metadata_server"])
+        if "master_server_addr" in self.setup_config:
+            check_master_addr(self.setup_config["master_server_addr"])
+        if "protocol" in self.setup_config:
+            check_protocol(self.setup_config["protocol"])
+        check_local_hostname(self.setup_config["local_hostname"])
+        for key in ("global_segment_size", "local_buffer_size"):
+            if key in self.setup_config:
+                check_setup_size(key, self.setup_config[key])
+        if "integrity" in self.setup_config:
+            check_integrity(self.setup_config["integrity"])
 
     def replicate_fields(self) -> dict[str, Any]:
         """The ``ReplicateConfig`` fields this config sets, checked, ready for ``setattr``.
@@ -272,8 +323,9 @@ class StoreConfig:
         ``soft_pin_action`` itself (``PRESERVE``/``ENABLE``/``DISABLE``), ``soft_pin_ttl_ms``
         (a positive integer), ``with_hard_pin`` (boolean) and ``preferred_segment`` (the
         segment name, ``host:port``, to place the first replica on).  ``soft_pin_action`` is
-        returned by name: set it as ``mooncake.store.SoftPinAction[name]``.  An empty dict
-        means Mooncake's defaults.  Raises ValueError naming the key for a bad value.
+        returned by name (a :class:`~mooncake_cffi.SoftPinAction` member name);
+        :meth:`replicate_config` builds the object.  An empty dict means Mooncake's
+        defaults.  Raises ValueError naming the key for a bad value.
         """
         cfg = self.setup_config
         out: dict[str, Any] = {}
@@ -312,7 +364,7 @@ class StoreConfig:
             out["with_hard_pin"] = boolean("with_hard_pin")
         if "preferred_segment" in cfg:
             segment = cfg["preferred_segment"].strip()
-            if not segment or _strip_port(segment) is None:
+            if not segment or strip_port(segment) is None:
                 raise ValueError(
                     "preferred_segment must name a segment as host:port (see `mcl2 cluster "
                     f"status` or /get_all_segments), got {cfg['preferred_segment']!r}"
@@ -320,19 +372,10 @@ class StoreConfig:
             out["preferred_segment"] = segment
         return out
 
-
-def _strip_port(hostname: str) -> str | None:
-    """Return the host part if ``hostname`` is ``host:port`` or ``[v6]:port``, else None."""
-    if hostname.startswith("["):
-        close = hostname.find("]")
-        if close != -1 and hostname[close + 1 : close + 2] == ":":
-            return hostname[: close + 1]
-        return None
-    if hostname.count(":") == 1:  # more than one colon: a bare IPv6 address
-        host, _, port = hostname.partition(":")
-        if port.isdigit():
-            return host
-    return None
+    def replicate_config(self) -> ReplicateConfig:
+        """The default :class:`~mooncake_cffi.ReplicateConfig` of a client's writes:
+        Mooncake's defaults with :meth:`replicate_fields` set."""
+        return replicate_config_from_fields(self.replicate_fields())
 
 
 def parse_adapter_specs(specs: list[str]) -> list[StoreConfig]:

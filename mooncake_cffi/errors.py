@@ -4,7 +4,8 @@ Every failure reported by the shim or by Mooncake becomes a :class:`MooncakeErro
 (or a subclass) carrying the numeric ``code`` and its symbolic ``name``.  Several
 subclasses also derive from a builtin so callers can catch either:
 ``KeyNotFoundError`` is a ``LookupError``, ``InvalidArgumentError`` a ``ValueError``,
-``ClosedError`` a ``RuntimeError``, ``TimeoutError_`` a ``TimeoutError``.
+``ClosedError`` a ``RuntimeError``, ``MooncakeTimeoutError`` a ``TimeoutError``.
+Symbolic names of codes come from :func:`mooncake_cffi.error_name` (:mod:`.status`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from . import _binding, status
 from .status import (
     INVALID_PARAMS,
     MCS_E_CLOSED,
+    MCS_E_CORRUPT,
     MCS_E_DUPLICATE_KEY,
     MCS_E_FORKED,
     MCS_E_INVALID_ARG,
@@ -23,6 +25,7 @@ from .status import (
     MCS_E_QUEUE_FULL,
     MCS_E_TIMEOUT,
     MCS_E_UNREACHABLE,
+    MCS_E_UNSUPPORTED,
     NO_AVAILABLE_HANDLE,
     OBJECT_HAS_LEASE,
     OBJECT_NOT_FOUND,
@@ -43,7 +46,7 @@ __all__ = [
     "InvalidArgumentError",
     "L1Error",
     "MooncakeTimeoutError",
-    "error_name",
+    "IntegrityError",
     "error_for",
     "check",
 ]
@@ -108,7 +111,28 @@ class L1Error(InvalidArgumentError):
 
 
 class MooncakeTimeoutError(MooncakeError, TimeoutError):
-    """A wait ran out."""
+    """A wait ran out.
+
+    ``batch_id`` is the id of the batch a blocking call stopped waiting for (it goes on in
+    the shim, which keeps the call's buffers in use until it ends), or None.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str = "",
+        results: Sequence[int] | None = None,
+        batch_id: int | None = None,
+    ) -> None:
+        super().__init__(code, message, results)
+        self.batch_id = batch_id
+
+
+class IntegrityError(MooncakeError):
+    """A value read with the ``integrity`` option on did not verify: its checksum trailer
+    was missing (written by a client without the option) or did not match its bytes (torn
+    by a concurrent upsert, or damaged), still after the shim re-read it for ~15 ms.  No
+    bytes of it are returned."""
 
 
 _BY_CODE: dict[int, type[MooncakeError]] = {
@@ -127,13 +151,10 @@ _BY_CODE: dict[int, type[MooncakeError]] = {
     MCS_E_OUTSIDE_L1: L1Error,
     MCS_E_DUPLICATE_KEY: InvalidArgumentError,
     MCS_E_UNREACHABLE: TransportError,
+    MCS_E_UNSUPPORTED: InvalidArgumentError,  # a replica option the wheel lacks
     MCS_E_TIMEOUT: MooncakeTimeoutError,
+    MCS_E_CORRUPT: IntegrityError,
 }
-
-
-def error_name(code: int) -> str:
-    """Symbolic name of a status code (``"OK"`` for 0, ``"UNKNOWN_ERROR"`` if unknown)."""
-    return status.name(code)
 
 
 def error_for(code: int, message: str = "", results: Sequence[int] | None = None) -> MooncakeError:

@@ -13,8 +13,8 @@ label (``lookup``, ``retrieve``, ``store``, ``delete``,
 ``shared``); the lane says the operation (lookup: exists and size; retrieve: get; store: put and
 upsert; delete: remove; shared: the pool serving lanes without workers of their own).  The
 table :data:`FIELDS` maps ``stats()`` fields to metrics; fields ``stats()`` does not report are
-skipped, so new fields only need a row.  Needs the ``metrics`` extra
-(``pip install 'mooncake-cffi[metrics]'``).
+skipped, so new fields only need a row.  Needs ``prometheus_client`` (the ``metrics`` extra:
+``pip install '.[cpu,metrics]'`` from the clone).
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "mooncake_cffi.metrics needs prometheus_client, which is not installed: "
-        "pip install 'mooncake-cffi[metrics]' (or pip install prometheus_client)"
+        "pip install prometheus_client (from a clone of mooncake-cffi: "
+        "pip install '.[cpu,metrics]')"
     ) from exc
 
-from ._stats import OP_LANE
 from .errors import MooncakeError
+from .status import OP_LANE
 
 __all__ = ["FIELDS", "OP_FIELDS", "Field", "ClientCollector", "register", "unregister"]
 
@@ -111,7 +112,7 @@ LATENCY_HISTOGRAM = "mooncake_cffi_batch_duration_seconds"
 
 
 class ClientCollector(Collector):
-    """Collects the lane statistics of one or more clients at each scrape.
+    """Collects the lane and per-operation statistics of one or more clients at each scrape.
 
     Clients are held weakly: a client that is garbage collected, or closed, simply stops
     appearing.  Several clients in one collector are told apart by their extra labels.
@@ -226,7 +227,7 @@ class ClientCollector(Collector):
 
     @staticmethod
     def _add_lane(
-        fams: dict[str, Metric],
+        fams: dict[str, Any],
         seen: set[str],
         values: list[str],
         label_map: dict[str, str],
@@ -263,7 +264,7 @@ class ClientCollector(Collector):
 
     @staticmethod
     def _add_op(
-        fams: dict[str, Metric], seen: set[str], values: list[str], st: Mapping[str, Any]
+        fams: dict[str, Any], seen: set[str], values: list[str], st: Mapping[str, Any]
     ) -> None:
         for f in OP_FIELDS:
             v = st.get(f.stat)
@@ -296,7 +297,8 @@ def register(
     *,
     labels: Mapping[str, str] | None = None,
 ) -> ClientCollector:
-    """Expose ``client``'s lane statistics on ``registry`` (default: prometheus_client's).
+    """Expose ``client``'s lane and operation statistics on ``registry`` (default:
+    prometheus_client's).
 
     Returns the registry's :class:`ClientCollector` (one per registry, created on first use).
     A second client on the same registry needs ``labels`` that tell it apart, e.g.

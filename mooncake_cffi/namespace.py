@@ -5,7 +5,7 @@ put in front of every key on the way in; keys handed back (:meth:`Namespace.loca
 it stripped.  Values, per-key results and errors are the client's own.  A namespace is only a
 naming convention on the client side: any client that knows the prefix reads and writes the
 same keys, and nothing stops a client from writing outside it.  Mooncake's ``tenant_id`` setup
-key is a different mechanism; README.md ("Namespaces and tenant_id") compares the two.
+key is a different mechanism; docs/guide/python.md ("Namespaces") compares the two.
 
 ``lookup_prefix`` counts the leading keys of a sequence that are stored, with the client's own
 :meth:`Client.lookup_prefix`.
@@ -14,14 +14,16 @@ key is a different mechanism; README.md ("Namespaces and tenant_id") compares th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._types import DEFAULT, Key, Timeout
 from .errors import InvalidArgumentError
 from .status import MCS_E_INVALID_ARG
 
-__all__ = ["Namespace"]
+if TYPE_CHECKING:
+    from .client import Client
 
-Key = str | bytes
+__all__ = ["Namespace"]
 
 
 def _as_key_list(keys: Any) -> list[Any]:
@@ -61,16 +63,17 @@ class Namespace:
         client: a :class:`mooncake_cffi.Client` (anything with its key methods works).
         prefix: non-empty ``str`` or ``bytes`` without NUL, e.g. ``"llama3-70b/fp16/v2/"``.
 
-    Every key method of the client is offered with the same arguments and results; keys are
-    prefixed on the way in.  A ``str`` key under a ``str`` prefix becomes a ``str`` key; any other
-    combination a ``bytes`` key (UTF-8).  An empty key is refused here (the prefix alone would
-    otherwise be a valid key).  Thread-safe as the client is: a namespace holds no state of its
-    own.  It does not own the client: closing the client ends every namespace over it.
+    Every key method of the client is offered with the same arguments (``timeout=`` among
+    them) and results; keys are prefixed on the way in.  A ``str`` key under a ``str`` prefix
+    becomes a ``str`` key; any other combination a ``bytes`` key (UTF-8).  An empty key is
+    refused here (the prefix alone would otherwise be a valid key).  Thread-safe as the
+    client is: a namespace holds no state of its own.  It does not own the client: closing
+    the client ends every namespace over it.
     """
 
     __slots__ = ("client", "_prefix", "_raw")
 
-    def __init__(self, client: Any, prefix: Key) -> None:
+    def __init__(self, client: Client, prefix: Key) -> None:
         self.client = client
         self._prefix, self._raw = _check_prefix(prefix)
 
@@ -145,21 +148,21 @@ class Namespace:
         """:meth:`Client.upsert`: store, replacing an existing value."""
         self.client.upsert(self.key(key), value, **options)
 
-    def get(self, key: Key) -> bytes | None:
+    def get(self, key: Key, *, timeout: Timeout = DEFAULT) -> bytes | None:
         """:meth:`Client.get`: the value, or None if missing."""
-        return self.client.get(self.key(key))
+        return self.client.get(self.key(key), timeout=timeout)
 
-    def exists(self, key: Key) -> bool:
+    def exists(self, key: Key, *, timeout: Timeout = DEFAULT) -> bool:
         """:meth:`Client.exists` (renews the key's read lease)."""
-        return self.client.exists(self.key(key))
+        return self.client.exists(self.key(key), timeout=timeout)
 
-    def remove(self, key: Key, force: bool = False) -> bool:
+    def remove(self, key: Key, force: bool = False, *, timeout: Timeout = DEFAULT) -> bool:
         """:meth:`Client.remove`: True if removed, False if absent."""
-        return self.client.remove(self.key(key), force=force)
+        return self.client.remove(self.key(key), force=force, timeout=timeout)
 
-    def size(self, key: Key) -> int | None:
+    def size(self, key: Key, *, timeout: Timeout = DEFAULT) -> int | None:
         """:meth:`Client.size`: the value's size in bytes, or None if missing."""
-        return self.client.size(self.key(key))
+        return self.client.size(self.key(key), timeout=timeout)
 
     # --------------------------------------------------------------- batch
 
@@ -171,17 +174,23 @@ class Namespace:
         """:meth:`Client.batch_upsert`: per-key status, in the order of ``keys``."""
         return self.client.batch_upsert(self.keys(keys), values, **options)
 
-    def batch_get(self, keys: Sequence[Key]) -> list[bytes | None]:
+    def batch_get(self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT) -> list[bytes | None]:
         """:meth:`Client.batch_get`: values (None where missing)."""
-        return self.client.batch_get(self.keys(keys))
+        return self.client.batch_get(self.keys(keys), timeout=timeout)
 
-    def batch_exists(self, keys: Sequence[Key]) -> list[bool]:
+    def batch_exists(self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT) -> list[bool]:
         """:meth:`Client.batch_exists`: whether each key exists."""
-        return self.client.batch_exists(self.keys(keys))
+        return self.client.batch_exists(self.keys(keys), timeout=timeout)
 
-    def batch_remove(self, keys: Sequence[Key], force: bool = False) -> list[int]:
+    def batch_size(self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT) -> list[int | None]:
+        """:meth:`Client.batch_size`: each value's size in bytes (None where missing)."""
+        return self.client.batch_size(self.keys(keys), timeout=timeout)
+
+    def batch_remove(
+        self, keys: Sequence[Key], force: bool = False, *, timeout: Timeout = DEFAULT
+    ) -> list[int]:
         """:meth:`Client.batch_remove`: per-key status (0 removed, -704 absent, ...)."""
-        return self.client.batch_remove(self.keys(keys), force=force)
+        return self.client.batch_remove(self.keys(keys), force=force, timeout=timeout)
 
     # ----------------------------------------------------------- zero-copy
 
@@ -196,18 +205,23 @@ class Namespace:
         return self.client.put_from(self.keys(keys), buffers, sizes, **options)
 
     def get_into(
-        self, keys: Sequence[Key], buffers: Sequence[Any], sizes: Sequence[int] | None = None
+        self,
+        keys: Sequence[Key],
+        buffers: Sequence[Any],
+        sizes: Sequence[int] | None = None,
+        *,
+        timeout: Timeout = DEFAULT,
     ) -> list[int]:
         """:meth:`Client.get_into`: read into buffers; bytes read or a negative code per key."""
-        return self.client.get_into(self.keys(keys), buffers, sizes)
+        return self.client.get_into(self.keys(keys), buffers, sizes, timeout=timeout)
 
     # -------------------------------------------------------------- lookup
 
-    def lookup_prefix(self, keys: Sequence[Key]) -> int:
+    def lookup_prefix(self, keys: Sequence[Key], *, timeout: Timeout = DEFAULT) -> int:
         """How many leading ``keys`` are stored (the index of the first missing one), as
         :meth:`Client.lookup_prefix` counts them."""
         full = self.keys(keys)
-        return self.client.lookup_prefix(full) if full else 0
+        return self.client.lookup_prefix(full, timeout=timeout) if full else 0
 
     def __repr__(self) -> str:
         return f"<mooncake_cffi.Namespace {self._prefix!r} of {self.client!r}>"

@@ -6,19 +6,18 @@ a full pool, a failed transfer or RPC, a replica not yet ready...), and only tho
 that succeeded, are missing, or failed for good (bad input) are never sent again.  The results a
 call returns say per key what finally happened: the last attempt's outcome.  Retrying stops when
 the attempts are used up, or when the next wait would pass the call's deadline (its
-``timeout=``, else the client's ``op_timeout``) or the policy's own ``budget``.
+``timeout=``, else the client's ``op_timeout``) or the policy's own ``budget``.  The
+synchronous and asynchronous clients retry the same way (``_plans.retry_plan``).
 """
 
 from __future__ import annotations
 
+import math
 import random
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .status import is_retryable
-
-__all__ = ["RetryPolicy", "retry_keys"]
+__all__ = ["RetryPolicy"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +46,22 @@ class RetryPolicy:
             raise ValueError("attempts must be an integer")
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
+        for name in ("backoff", "multiplier", "max_backoff", "jitter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number, not {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, not {value!r}")
         if self.backoff < 0 or self.max_backoff < 0 or self.multiplier < 1:
             raise ValueError("backoff and max_backoff must be >= 0 and multiplier >= 1")
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be between 0 and 1")
-        if self.budget is not None and self.budget < 0:
-            raise ValueError("budget must be None or >= 0 seconds")
+        if self.budget is not None and (
+            isinstance(self.budget, bool)
+            or not isinstance(self.budget, (int, float))
+            or not 0 <= self.budget < math.inf
+        ):
+            raise ValueError(f"budget must be None or >= 0 seconds, not {self.budget!r}")
 
     def delays(self) -> Iterator[float]:
         """The waits before each retry (attempts - 1 of them), jitter applied."""
@@ -60,32 +69,3 @@ class RetryPolicy:
         for _ in range(self.attempts - 1):
             yield wait * random.uniform(1 - self.jitter, 1 + self.jitter)
             wait = min(self.max_backoff, wait * self.multiplier)
-
-
-def retry_keys(
-    policy: RetryPolicy | None,
-    results: list[int],
-    rerun: Callable[[list[int]], Sequence[int]],
-    deadline: float | None,
-) -> list[int]:
-    """Try again the keys whose result is retryable; ``results`` updated in place and returned.
-
-    ``rerun(indices)`` runs the same operation for those keys only and returns their new
-    results in order.  ``deadline`` is a ``time.monotonic()`` value (None: none).
-    """
-    if policy is None or policy.attempts <= 1:
-        return results
-    start = time.monotonic()
-    for delay in policy.delays():
-        todo = [i for i, r in enumerate(results) if r < 0 and is_retryable(r)]
-        if not todo:
-            break
-        now = time.monotonic()
-        if deadline is not None and now + delay >= deadline:
-            break
-        if policy.budget is not None and now + delay - start > policy.budget:
-            break
-        time.sleep(delay)
-        for i, r in zip(todo, rerun(todo)):
-            results[i] = r
-    return results

@@ -9,6 +9,9 @@ the region (or a slice of it), copies values into them and stores them with
   it after each round.
 - **Thread-safe**: concurrent callers get disjoint slots; when the area is full they wait, in
   arrival order, up to a timeout (then :class:`~mooncake_cffi.MooncakeTimeoutError`).
+- **Deadlines kept**: every Mooncake batch of a call gets what is left of the call's
+  ``timeout``; a batch that times out keeps its slots (Mooncake may still read or write them)
+  until the shim reports it finished, so no later call reuses memory Mooncake still uses.
 - **Large batches in pieces**: a batch larger than the free space is moved in several rounds,
   in key order, each as one Mooncake batch.  A single value must fit one slot, i.e. one L1
   block of the staging area (Mooncake stores a value from one buffer and reads it into one):
@@ -16,12 +19,12 @@ the region (or a slice of it), copies values into them and stores them with
   and the area's.
 
 The client is anything with ``put_from`` / ``get_into`` / ``size`` (and ``batch_size`` if it
-has one) shaped like :class:`mooncake_cffi.Client`'s; a ``Client`` is meant to own one.
+has one, and ``batches.finished(batch_id)`` to learn when a timed-out batch ended) shaped like
+:class:`mooncake_cffi.Client`'s; a ``Client`` is meant to own one.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import threading
 import time
@@ -29,6 +32,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from ._slots import Slots, block_spans
 from .errors import ClosedError, InvalidArgumentError, MooncakeTimeoutError, error_for
 from .status import (
     INVALID_PARAMS,
@@ -47,66 +51,6 @@ DEFAULT_ALIGN = 64
 DEFAULT_TIMEOUT = 30.0
 #: Re-reads of a key whose value was replaced by a larger one between sizing and reading.
 _GET_ATTEMPTS = 3
-
-
-class _Slots:
-    """First-fit allocator over the staging slice that never crosses an L1 block boundary.
-
-    ``spans`` are the blocks' parts inside the slice, as sorted ``(start, end)`` offsets into
-    the region.  Not thread-safe: :class:`Staging` calls it under its lock.
-    """
-
-    def __init__(self, spans: list[tuple[int, int]], align: int) -> None:
-        self.align = align
-        self.starts = [start for start, _ in spans]
-        # per block: sorted, disjoint, non-adjacent free ranges [start, end)
-        self.free: list[list[tuple[int, int]]] = [[span] for span in spans]
-        self.largest = max(end - start for start, end in spans)
-        self.total = sum(end - start for start, end in spans)
-        self.used = 0
-
-    def take(self, n: int) -> tuple[int, int] | None:
-        """``(offset, length)`` of a free slot of at least ``n`` bytes, or None if none is free.
-
-        ``length`` is ``n`` rounded up to the alignment (less at the end of a block).
-        """
-        need = -(-max(n, 1) // self.align) * self.align
-        for ranges in self.free:
-            for i, (start, end) in enumerate(ranges):
-                if end - start >= n:
-                    length = min(need, end - start)
-                    if start + length == end:
-                        del ranges[i]
-                    else:
-                        ranges[i] = (start + length, end)
-                    self.used += length
-                    return start, length
-        return None
-
-    def give(self, offset: int, length: int) -> None:
-        """Return a slot from :meth:`take`, merged with its free neighbours."""
-        ranges = self.free[bisect.bisect_right(self.starts, offset) - 1]
-        i = bisect.bisect_left(ranges, (offset, offset + length))
-        ranges.insert(i, (offset, offset + length))
-        if i + 1 < len(ranges) and ranges[i][1] == ranges[i + 1][0]:
-            ranges[i] = (ranges[i][0], ranges[i + 1][1])
-            del ranges[i + 1]
-        if i > 0 and ranges[i - 1][1] == ranges[i][0]:
-            ranges[i - 1] = (ranges[i - 1][0], ranges[i][1])
-            del ranges[i]
-        self.used -= length
-
-
-def _block_spans(region_len: int, offset: int, size: int, block_size: int) -> list[tuple[int, int]]:
-    """The parts of ``[offset, offset + size)`` inside each block of ``block_size`` bytes."""
-    spans = []
-    lo, hi = offset, offset + size
-    while lo < hi:
-        block_end = min((lo // block_size + 1) * block_size, region_len)
-        end = min(block_end, hi)
-        spans.append((lo, end))
-        lo = end
-    return spans
 
 
 def _byte_view(value: Any, index: int) -> memoryview:
@@ -191,11 +135,13 @@ class Staging:
         self.size = size
         self.block_size = block
         self.timeout = float(timeout)
-        self._slots = _Slots(_block_spans(n, offset, size, block), align)
+        self._slots = Slots(block_spans(n, offset, size, block), align)
         self._cond = threading.Condition()
         self._queue: deque[int] = deque()
         self._tickets = 0
         self._closed = False
+        #: Slots of batches that timed out, kept until the shim says the batch ended.
+        self._held: list[tuple[int, list[tuple[int, int]]]] = []
 
     @staticmethod
     def _block_size(client: Any, region_len: int, given: int | None) -> int:
@@ -228,9 +174,36 @@ class Staging:
 
     @property
     def in_use(self) -> int:
-        """Bytes held by calls in progress right now."""
+        """Bytes held by calls in progress, and by timed-out batches Mooncake still works on."""
         with self._cond:
+            self._release_ended()
             return self._slots.used
+
+    def _release_ended(self) -> bool:
+        """Give back the slots of timed-out batches that have ended (under the lock)."""
+        if not self._held:
+            return False
+        finished = getattr(getattr(self.client, "batches", None), "finished", None)
+        if finished is None:
+            return False
+        kept = []
+        freed = False
+        for batch_id, slots in self._held:
+            if finished(batch_id):
+                for offset, length in slots:
+                    self._slots.give(offset, length)
+                freed = True
+            else:
+                kept.append((batch_id, slots))
+        self._held = kept
+        return freed
+
+    def _hold(self, exc: MooncakeTimeoutError, slots: list[tuple[int, int]]) -> None:
+        """Keep the slots of a batch that timed out until it ends (Mooncake may still read
+        or write them); without its id, for good."""
+        with self._cond:
+            self._held.append((exc.batch_id if exc.batch_id is not None else -1, list(slots)))
+        slots.clear()
 
     def _check_fits(self, sizes: Sequence[int], keys: Sequence[Any], what: str) -> None:
         largest = self._slots.largest
@@ -259,6 +232,7 @@ class Staging:
                     if self._closed:
                         raise ClosedError(MCS_E_CLOSED, "the staging area was closed")
                     if self._queue[0] == ticket:
+                        self._release_ended()
                         got: list[tuple[int, int]] = []
                         for n in sizes:
                             slot = self._slots.take(n)
@@ -275,7 +249,8 @@ class Staging:
                             f"timeout ({self._slots.used} of {self._slots.total} bytes in use "
                             "by other calls)",
                         )
-                    self._cond.wait(left)
+                    # Timed-out batches end without notifying: look again now and then.
+                    self._cond.wait(min(left, 0.01) if self._held else left)
             finally:
                 self._queue.remove(ticket)
                 self._cond.notify_all()
@@ -289,13 +264,21 @@ class Staging:
     def close(self) -> None:
         """Stop using the area and release the view of ``l1`` (so an mmap can be closed).
 
-        Waits for calls in progress to give their slots back.  Later calls raise
-        :class:`~mooncake_cffi.ClosedError`.  Idempotent.
+        Waits for calls in progress to give their slots back (timed-out batches: once they
+        end; the owning client closes its shim client first, which ends them).  Later calls
+        raise :class:`~mooncake_cffi.ClosedError`.  Idempotent.
         """
         with self._cond:
             self._closed = True
-            self._cond.wait_for(lambda: self._slots.used == 0, timeout=self.timeout)
+            self._cond.notify_all()
+            self._cond.wait_for(
+                lambda: not self._release_ended() and self._slots.used == 0, timeout=self.timeout
+            )
             self.region.release()
+
+    def _left(self, deadline: float) -> float:
+        """What is left of a call's deadline for its next Mooncake batch (at least 1 ms)."""
+        return max(0.001, deadline - time.monotonic())
 
     def __enter__(self) -> Staging:
         return self
@@ -319,6 +302,7 @@ class Staging:
         skip_existing: bool = False,
         replicate_config: Any = None,
         timeout: float | None = None,
+        first_writer_check: bool = True,
     ) -> list[int]:
         """Store bytes-like ``values`` under ``keys`` through the staging area.
 
@@ -327,6 +311,8 @@ class Staging:
         that do not fit the free space together go in several rounds, in key order; a value
         larger than a slot (:attr:`max_value_bytes`) or an empty one is refused before anything
         is sent.  If a round raises, the rounds before it are stored.
+        ``first_writer_check=False`` leaves the read-back of ``skip_existing`` to the
+        caller (it must not run while this call holds slots: the read needs slots too).
         """
         if isinstance(keys, (str, bytes)):
             raise TypeError(f"keys must be a sequence of keys, not a single {type(keys).__name__}")
@@ -351,6 +337,8 @@ class Staging:
             options["upsert"] = True
         if skip_existing:
             options["skip_existing"] = True
+            if not first_writer_check:
+                options["first_writer_check"] = False
         if replicate_config is not None:
             options["replicate_config"] = replicate_config
         deadline = self._deadline(timeout)
@@ -364,7 +352,14 @@ class Staging:
                     buf = self.region[offset : offset + len(view)]
                     buf[:] = view
                     bufs.append(buf)
-                out.extend(self.client.put_from(keys[i : i + len(slots)], bufs, **options))
+                part = keys[i : i + len(slots)]
+                try:
+                    out.extend(
+                        self.client.put_from(part, bufs, timeout=self._left(deadline), **options)
+                    )
+                except MooncakeTimeoutError as exc:
+                    self._hold(exc, slots)  # Mooncake may still read them
+                    raise
             finally:
                 self._give(slots)
             i += len(slots)
@@ -372,11 +367,11 @@ class Staging:
 
     # ----------------------------------------------------------------- get
 
-    def _sizes(self, keys: list[Any]) -> list[int | None]:
+    def _sizes(self, keys: list[Any], deadline: float) -> list[int | None]:
         batch_size = getattr(self.client, "batch_size", None)
         if batch_size is not None:
-            return list(batch_size(keys))
-        return [self.client.size(k) for k in keys]
+            return list(batch_size(keys, timeout=self._left(deadline)))
+        return [self.client.size(k, timeout=self._left(deadline)) for k in keys]
 
     def get(self, keys: Sequence[Any], *, timeout: float | None = None) -> list[bytes | None]:
         """Values of ``keys`` (None for a missing key), read through the staging area.
@@ -393,7 +388,7 @@ class Staging:
         deadline = self._deadline(timeout)
         out: list[bytes | None] = [None] * len(keys)
         todo = list(range(len(keys)))
-        sizes = self._sizes(keys)
+        sizes = self._sizes(keys, deadline)
         for _attempt in range(_GET_ATTEMPTS):
             present = [i for i in todo if sizes[i] is not None]
             self._check_fits(
@@ -403,7 +398,7 @@ class Staging:
             if not grown:
                 return out
             todo = grown
-            for i, n in zip(grown, self._sizes([keys[i] for i in grown])):
+            for i, n in zip(grown, self._sizes([keys[i] for i in grown], deadline)):
                 sizes[i] = n
         raise error_for(
             INVALID_PARAMS,
@@ -431,7 +426,13 @@ class Staging:
                     self.region[offset : offset + n]
                     for (offset, _), n in zip(slots, want[: len(slots)])
                 ]
-                got = self.client.get_into([keys[i] for i in part], bufs)
+                try:
+                    got = self.client.get_into(
+                        [keys[i] for i in part], bufs, timeout=self._left(deadline)
+                    )
+                except MooncakeTimeoutError as exc:
+                    self._hold(exc, slots)  # Mooncake may still write them
+                    raise
                 for i, buf, r in zip(part, bufs, got):
                     if r >= 0:
                         out[i] = bytes(buf[:r])

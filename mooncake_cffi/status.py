@@ -1,15 +1,34 @@
-"""Status codes of Mooncake and of the shim: values, names, descriptions, retryability.
+"""The shim's codes: status codes (values, names, descriptions, retryability), and the
+operation, lane and flag codes of a batch.
 
-A pure module (no native library is loaded), so the error classes, the CLI and the tests
-share one table.  Codes above -10000 are Mooncake's ``ErrorCode`` values, passed through by
-the shim unchanged; ``MCS_E_*`` (-10000 and below) are the shim's own (``enum mcs_status`` in
-``mcs.h``).  A test checks this table against the loaded shim's ``mcs_error_name``, so the two
-cannot drift apart.
+A pure module (no native library is loaded), so the error classes, the execution modules,
+the CLI and the tests share one table of each.  Codes above -10000 are Mooncake's
+``ErrorCode`` values, passed through by the shim unchanged; ``MCS_E_*`` (-10000 and below)
+are the shim's own (``enum mcs_status`` in ``mcs.h``), with ``MCS_GET_UNREAD``, a per-key
+result the shim names too.  Tests check these tables against the shim's own (``errors.cpp``,
+the header's enums, ``mcs_error_name``) in both directions, so they cannot drift apart.
 """
 
 from __future__ import annotations
 
-__all__ = ["CODES", "RETRYABLE", "SHIM_BASE", "name", "text", "describe", "is_retryable"]
+__all__ = [
+    "CODES",
+    "FLAG_FORCE",
+    "FLAG_SKIP_EXISTING",
+    "GET_UNREAD",
+    "LANES",
+    "LANE_OPS",
+    "OPS",
+    "OP_CODES",
+    "OP_LANE",
+    "PUT_EXISTED",
+    "RETRYABLE",
+    "SHIM_BASE",
+    "describe",
+    "is_retryable",
+    "name",
+    "text",
+]
 
 #: Codes at or below this value are the shim's own (``MCS_E_*``).
 SHIM_BASE = -10000
@@ -102,7 +121,10 @@ CODES: tuple[tuple[int, str, str], ...] = (
     (-10012, "MCS_E_TIMEOUT", "timed out"),
     (-10013, "MCS_E_NOMEM", "out of memory"),
     (-10014, "MCS_E_STATE", "not allowed in the current state"),
+    (-10015, "MCS_E_UNSUPPORTED", "the loaded Mooncake wheel cannot do this"),
+    (-10016, "MCS_E_CORRUPT", "the value did not verify against its checksum trailer"),
     (-10099, "MCS_E_INTERNAL", "unexpected internal error in the shim"),
+    (-10020, "MCS_GET_UNREAD", "not read through Mooncake's buffer; read it another way"),
 )
 
 _BY_CODE = {code: (nm, txt) for code, nm, txt in CODES}
@@ -193,7 +215,12 @@ MCS_E_AGAIN = -10011
 MCS_E_TIMEOUT = -10012
 MCS_E_NOMEM = -10013
 MCS_E_STATE = -10014
+MCS_E_UNSUPPORTED = -10015
+#: A value that did not verify (the ``integrity`` option), still after re-reading it.
+MCS_E_CORRUPT = -10016
 MCS_E_INTERNAL = -10099
+#: A per-key GET_BUFFER result, not an error: the key was not read that way.
+MCS_GET_UNREAD = -10020
 
 #: Failures that may succeed when tried again: a full pool that eviction may free, a transfer
 #: or RPC that a healed link or a restarted process may complete, a replica still being
@@ -237,3 +264,33 @@ def describe(code: int) -> str:
 def is_retryable(code: int) -> bool:
     """True when trying the same call again may succeed (see :data:`RETRYABLE`)."""
     return int(code) in RETRYABLE
+
+
+# ------------------------------------------------------------- batch codes (mcs.h)
+
+#: Operation names, in the shim's order (``enum mcs_op``: the index is the code).
+OPS: tuple[str, ...] = ("exists", "get", "put", "upsert", "remove", "size", "get_buffer")
+#: Operation codes by name.
+OP_CODES: dict[str, int] = {op: code for code, op in enumerate(OPS)}
+OP_EXISTS, OP_GET, OP_PUT, OP_UPSERT, OP_REMOVE, OP_SIZE, OP_GET_BUFFER = range(len(OPS))
+
+#: Lane names, in the shim's order (``enum mcs_lane_id``: the index is the id).
+LANES: tuple[str, ...] = ("lookup", "retrieve", "store", "delete", "shared")
+#: The operations each lane serves (``shared`` serves those of lanes without workers).
+LANE_OPS: dict[str, tuple[str, ...]] = {
+    "lookup": ("exists", "size"),
+    "retrieve": ("get", "get_buffer"),
+    "store": ("put", "upsert"),
+    "delete": ("remove",),
+}
+#: The lane of each operation.
+OP_LANE: dict[str, str] = {op: lane for lane, ops in LANE_OPS.items() for op in ops}
+
+#: ``enum mcs_flags``: REMOVE ignores the read lease.
+FLAG_FORCE = 1
+#: ``enum mcs_flags``: PUT looks keys up first; present ones get :data:`PUT_EXISTED`.
+FLAG_SKIP_EXISTING = 2
+#: Per-key PUT result for a key that already held a value (``MCS_PUT_EXISTED``).
+PUT_EXISTED = 1
+#: Per-key GET_BUFFER result for a key not read that way (``MCS_GET_UNREAD``).
+GET_UNREAD = -10020

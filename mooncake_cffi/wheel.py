@@ -4,8 +4,7 @@ Mooncake reaches this package as a PyPI wheel, ``mooncake-transfer-engine-non-cu
 or ``mooncake-transfer-engine`` (CUDA), and users often have the version another stack
 pinned.  Everything that depends on that version is decided here, once per process, from
 the wheel's metadata (its version) and by probing its files (the libraries ``store.so``
-needs, the flags ``mooncake_master`` knows, the pybind11 ABI id ``store.so`` was built
-with), never by guessing:
+needs, the flags ``mooncake_master`` knows), never by guessing:
 
 * :func:`detect` finds the wheel; :func:`check_supported` refuses one outside
   :data:`OLDEST` .. :data:`NEWEST` with one message (:class:`UnsupportedWheelError`);
@@ -13,14 +12,16 @@ with), never by guessing:
   links ``libcudart.so.12`` without shipping it (from ``nvidia-cuda-runtime-cu12``);
 * :func:`adapt_setup_config` rewrites the setup keys the older wheels read differently
   (sizes with units);
+* :func:`store_so_path` is the ``store.so`` the shim loads (with the wheel's version, which
+  tells it the layout of Mooncake's ReplicateConfig);
 * :func:`master_flags` and :func:`binary_env` tell the local cluster how to start the
-  wheel's binaries; :func:`pybind11_abi_ids` what ``_marshal`` hands pybind11's conduit.
+  wheel's binaries.
 """
 
 from __future__ import annotations
 
-import builtins
 import ctypes
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -31,6 +32,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from .sizes import parse_size
 
 __all__ = [
     "DEFAULT_VERSION",
@@ -48,7 +51,7 @@ __all__ = [
     "missing_runtime",
     "mooncake_version",
     "prepare_runtime",
-    "pybind11_abi_ids",
+    "store_so_path",
     "unsupported",
 ]
 
@@ -57,7 +60,7 @@ OLDEST = "0.3.10.post2"
 NEWEST = "0.3.13.post1"
 #: The version the ``cpu`` / ``cuda`` extras pin (the one the full test suite runs on).
 DEFAULT_VERSION = "0.3.13.post1"
-#: Versions whose client and CLI integration tests have passed (the README's table).
+#: Versions whose client and CLI integration tests have passed (docs/reference/wheels.md).
 TESTED = (
     "0.3.10.post2",
     "0.3.11",
@@ -208,10 +211,11 @@ def check_supported(wheel: Wheel | None = None) -> Wheel:
     wheel = wheel or detect()
     if wheel.package_dir is None:
         raise ImportError(
-            "Mooncake's wheel is not installed. Install exactly one of: 'mooncake-cffi[cpu]' "
-            "(mooncake-transfer-engine-non-cuda, CPU-only machines) or 'mooncake-cffi[cuda]' "
-            "(mooncake-transfer-engine, needs libcuda.so.1). It also needs the system "
-            "libraries libibverbs1, libnuma1 and libcurl4."
+            "Mooncake's wheel is not installed. Install exactly one of: "
+            f"{install_command('cpu')} (CPU-only machines) or {install_command('cuda')} "
+            "(needs libcuda.so.1); from a clone of mooncake-cffi, pip install '.[cpu]' or "
+            "'.[cuda]' installs the same. It also needs the system libraries libibverbs1, "
+            "libnuma1 and libcurl4 (scripts/install.sh installs them)."
         )
     if wheel.supported or os.environ.get(ALLOW_ENV) == "1":
         return wheel
@@ -369,8 +373,6 @@ def master_flags(binary: Path) -> frozenset[str]:
 
 
 def _plain_bytes(value: str) -> str:
-    from .cluster._common import parse_size
-
     try:
         return str(parse_size(value))
     except ValueError:
@@ -395,32 +397,27 @@ def adapt_setup_config(setup: Mapping[str, str], wheel: Wheel | None = None) -> 
     return out
 
 
-# ---------------------------------------------------------------- pybind11 ABI
-
-_ABI_IN_INTERNALS = re.compile(rb"__pybind11_internals_v\d+(_[A-Za-z0-9_]+?)(?:_debug)?__")
+# -------------------------------------------------------------------- store.so
 
 
-def pybind11_abi_ids(wheel: Wheel | None = None) -> list[bytes]:
-    """pybind11 ABI ids ``store.so`` may use for its conduit, most likely first.
+def store_so_path() -> str:
+    """The file of the ``mooncake.store`` extension module, found without importing anything.
 
-    Read from the internals capsule name pybind11 leaves in ``builtins`` once
-    ``mooncake.store`` is imported, else from the same name inside ``store.so``.
+    ``importlib.util.find_spec("mooncake.store")`` would import the ``mooncake`` package, whose
+    ``__init__`` imports ``mooncake.store`` on recent wheels; the package's directory comes
+    from :func:`detect` (a top-level ``find_spec``, which imports nothing) and the module is
+    looked up in it with the path finder, as the import system would.
     """
-    ids: list[bytes] = []
-    for name in vars(builtins):
-        m = _ABI_IN_INTERNALS.fullmatch(name.encode())
-        if m and m.group(1) not in ids:
-            ids.append(m.group(1))
-    wheel = wheel or detect()
-    if not ids and wheel.store_path is not None:
-        try:
-            data = wheel.store_path.read_bytes()
-        except OSError:
-            data = b""
-        for m in _ABI_IN_INTERNALS.finditer(data):
-            if m.group(1) not in ids:
-                ids.append(m.group(1))
-    return ids
+    w = detect()
+    spec = None
+    if w.package_dir is not None:
+        spec = importlib.machinery.PathFinder.find_spec("store", [str(w.package_dir)])
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise ImportError(
+            f"{w.distribution or 'Mooncake'} {w.version} is installed but has no "
+            f"mooncake/store.so; reinstall it: {install_command(w.variant)}"
+        )
+    return spec.origin
 
 
 # ------------------------------------------------------------------- reporting

@@ -73,7 +73,7 @@ def admin_url_for_master(master_addr: str, port: int = DEFAULT_ADMIN_PORT) -> st
 class _RawPathConnection(http.client.HTTPConnection):
     """HTTPConnection that sends the request line as Latin-1, i.e. a key's bytes unchanged."""
 
-    def _encode_request(self, request: str) -> bytes:  # type: ignore[override]
+    def _encode_request(self, request: str) -> bytes:
         return request.encode("latin-1")
 
 

@@ -7,7 +7,8 @@ exactly what it started.  :mod:`.loopback` keeps their listening sockets on 127.
 
 from __future__ import annotations
 
-from ._common import ClusterError, find_binary, parse_size
+from ..sizes import parse_size
+from ._common import ClusterError, find_binary
 from .local import METADATA_MODES, LocalCluster
 
 __all__ = ["METADATA_MODES", "ClusterError", "LocalCluster", "find_binary", "parse_size"]

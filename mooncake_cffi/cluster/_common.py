@@ -1,10 +1,9 @@
-"""Pieces every part of the local cluster shares: errors, sizes, binaries, ports, HTTP, logs."""
+"""Pieces every part of the local cluster shares: errors, binaries, ports, HTTP, logs."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import shutil
 import socket
 import sys
@@ -27,34 +26,9 @@ _LOG_LINE_CHARS = 400
 # No proxy, whatever the environment says: every request goes to 127.0.0.1.
 _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
 
 class ClusterError(RuntimeError):
     """The local cluster could not be started, queried or stopped."""
-
-
-def parse_size(size: str | int) -> int:
-    """Bytes in a Mooncake size string, read the way Mooncake reads it (``"1 GB"`` = 2**30).
-
-    Only the forms Mooncake understands are accepted: a number with an optional ``K``/``M``/
-    ``G``/``T`` unit, optionally followed by ``B``, any case.  Mooncake reads ``"64 MiB"`` as 0,
-    so it is rejected here.
-    """
-    if isinstance(size, bool):
-        raise ValueError(f"invalid size {size!r}")
-    if isinstance(size, int):
-        if size < 0:
-            raise ValueError(f"invalid size {size!r}: negative")
-        return size
-    match = _SIZE_RE.match(size)
-    if not match:
-        raise ValueError(
-            f"invalid size {size!r}: Mooncake understands forms like '1 GB', '512MB' or "
-            "'1073741824' (units K, M, G, T are powers of 1024; 'MiB' is read as 0)"
-        )
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
 
 def find_binary(name: str) -> Path:
@@ -88,7 +62,7 @@ def find_etcd() -> Path:
     if not found:
         raise ClusterError(
             "cannot find the etcd executable, needed for --ha and --metadata etcd; install "
-            "it with `apt-get install etcd-server` (scripts/install.sh does)"
+            "it with `apt-get install etcd-server` (scripts/test.sh does)"
         )
     return Path(found)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._common import MIN_SEGMENT_BYTES, parse_size
+from ..sizes import parse_size
+from ._common import MIN_SEGMENT_BYTES
 
 #: Where segment and client metadata live: the wheel's HTTP server, the master's built-in
 #: one (listens on every interface unless confined), etcd, or none (peer-to-peer handshake).

@@ -125,7 +125,7 @@ def _readiness(c: Any, role: str) -> tuple[str, Callable[[], bool]]:
         def master_ready() -> bool:
             if _status.probe(c, index) is None or c.leader() is None:
                 return False
-            return len(c.segments()) >= nodes
+            return bool(len(c.segments()) >= nodes)
 
         return f"{role} to answer and a master to serve {nodes} segment(s)", master_ready
     # A storage node mounts a new segment (a new transfer port in its name, a new id); the

@@ -53,6 +53,48 @@ def leader(c: Any, probes: dict[int, dict[str, Any] | None] | None = None) -> in
     return None
 
 
+def down(c: Any) -> list[str]:
+    """Roles of ``c`` whose recorded process is not running (crashed, killed, stopped)."""
+    return [role for role in c.procs if not c.alive(role)]
+
+
+def serving_problem(
+    c: Any,
+    for_client: bool = True,
+    gone: list[str] | None = None,
+    probed: tuple[int | None] | None = None,
+) -> str | None:
+    """Why ``c`` cannot serve now, or None when it can (perhaps with some process down).
+
+    A cluster serves while a master serves (leads, in HA) and, for a Mooncake client
+    (``for_client``), its etcd (HA or etcd metadata) and its HTTP metadata server run and at
+    least one storage node does; the admin API only needs the serving master.  ``gone`` are
+    the roles already known to be down, ``probed`` holds the :func:`leader` already found (when
+    not given, the masters are asked here, and only when nothing else is wrong).
+    """
+    if not c.procs or c.ports is None:
+        return "it has not been started"
+    gone_set = set(down(c) if gone is None else gone)
+    if gone_set >= set(c.procs):
+        return "none of its processes is running"
+    if for_client and "etcd" in gone_set and (c.ha or c.metadata == "etcd"):
+        return "its etcd is down" + (" (the HA masters elect their leader there)" if c.ha else "")
+    if for_client and "metadata" in gone_set:
+        return "its metadata server is down"
+    if all(role in gone_set for role in c.master_roles):
+        return "no master is running"
+    if for_client and all(role in gone_set for role in c.storage_roles):
+        return "no storage node is running"
+    serving = leader(c) if probed is None else probed[0]
+    if serving is None:
+        if c.ha:
+            return (
+                "no master leads (after a leader stops, the standbys elect a new one in about 5 s)"
+            )
+        return "its master does not serve (its /health does not answer ready)"
+    return None
+
+
 def segment_names(c: Any) -> list[str]:
     """Names of the segments mounted in ``c``'s leading master (ClusterError if unreadable)."""
     try:
@@ -121,6 +163,8 @@ def report(c: Any) -> dict[str, Any]:
         "state_dir": str(c.state_dir),
         "running": False,
         "healthy": False,
+        "serving": False,
+        "down": [],
         "ha": c.ha,
         "metadata": c.metadata,
         "processes": {},
@@ -157,10 +201,14 @@ def report(c: Any) -> dict[str, Any]:
             entry["role"] = (got or {}).get("role", "master" if got else None)
         result["processes"][role] = entry
     result["running"] = all(p["alive"] for p in result["processes"].values())
-    for role, entry in result["processes"].items():
-        if not entry["alive"]:
-            errors.append(f"{role} process is not running")
+    result["down"] = [role for role, p in result["processes"].items() if not p["alive"]]
+    for role in result["down"]:
+        errors.append(f"{role} process is not running")
     serving = leader(c, probes)
+    problem = serving_problem(c, gone=result["down"], probed=(serving,))
+    result["serving"] = problem is None
+    if problem is not None:
+        result["serving_problem"] = problem
     if serving is None:
         errors.append("no master is serving")
         return result

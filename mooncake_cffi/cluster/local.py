@@ -221,11 +221,25 @@ class LocalCluster:
         proc = self.procs.get(role)
         return proc is not None and proc.is_ours(self._token)
 
-    _alive = alive  # the name older callers use
-
     def is_running(self) -> bool:
         """True while every process we started is alive."""
         return bool(self.procs) and all(self.alive(role) for role in self.procs)
+
+    def down(self) -> list[str]:
+        """Roles whose recorded process is not running (crashed, or :meth:`kill`-ed)."""
+        return _status.down(self)
+
+    def serving_problem(self, for_client: bool = True) -> str | None:
+        """Why the cluster cannot serve now, or None if it can, some process down or not.
+
+        It serves while a master serves (leads, with HA) and, for a Mooncake client, its etcd
+        and metadata server run and a storage node does; with ``for_client=False`` (the
+        admin API) only the serving master counts.  Asks the masters' ``/health`` only when
+        a process is down.
+        """
+        if self.procs and self.is_running():
+            return None
+        return _status.serving_problem(self, for_client)
 
     def any_alive(self) -> bool:
         return any(self.alive(role) for role in self.procs)
@@ -444,7 +458,9 @@ class LocalCluster:
     # -- status --------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """Every process, the leader, health, keys, memory and segments, as plain data.
+        """Every process, the leader, health, keys, memory and segments, as plain data;
+        ``down`` lists the roles not running and ``serving`` says whether clients can still
+        use the cluster (``serving_problem`` says why not, as :meth:`serving_problem` does).
 
         Never raises for an unreachable master: fields that could not be read are None and
         the reasons are listed under ``errors``.

@@ -13,7 +13,7 @@ Two ways to plug in, both with the JSON of LMCache's ``mooncake_store`` adapter 
   ``protocol: rdma``).  ``max_capacity_gb`` goes inside ``adapter_params``.
 
 ``MooncakeL2Adapter`` subclasses LMCache's classes, so it is imported only when asked for,
-and then needs lmcache installed (``pip install 'mooncake-cffi[cpu,lmcache]'``); the
+and then needs lmcache installed (``pip install '.[cpu,lmcache]'`` from the clone); the
 release is checked (:func:`check_lmcache_version`, tested: :data:`TESTED_LMCACHE_VERSIONS`).
 """
 

@@ -53,7 +53,7 @@ def _max_capacity_gb(value: Any) -> float:
     return float(value)
 
 
-class MooncakeL2Adapter(NativeConnectorL2Adapter):
+class MooncakeL2Adapter(NativeConnectorL2Adapter):  # type: ignore[misc]  # untyped base
     """LMCache L2 adapter over Mooncake Store (``"type": "plugin"``).
 
     Args:

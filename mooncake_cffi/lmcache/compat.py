@@ -27,7 +27,10 @@ __all__ = [
 #: LMCache releases the plugins were tested with (PyPI wheels).
 TESTED_LMCACHE_VERSIONS: tuple[str, ...] = ("0.5.6",)
 
-_INSTALL_HINT = "pip install 'mooncake-cffi[cpu,lmcache]' (or [cuda,lmcache] on a GPU node)"
+_INSTALL_HINT = (
+    f"pip install 'lmcache=={TESTED_LMCACHE_VERSIONS[-1]}' (from a clone of mooncake-cffi: "
+    "pip install '.[cpu,lmcache]', or '.[cuda,lmcache]' on a GPU node)"
+)
 
 #: The L2 adapter methods LMCache calls (abstract in its L2AdapterInterface).
 _INTERFACE_METHODS = frozenset(

@@ -31,11 +31,13 @@ What LMCache relies on, and how it is kept:
 
 from __future__ import annotations
 
+import heapq
 import os
 import select
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..client import Client, Completion
@@ -46,6 +48,7 @@ from ..status import (
     MCS_E_INVALID_ARG,
     OBJECT_NOT_FOUND,
     SHIM_BASE,
+    is_retryable,
 )
 from ..status import name as status_name
 from .compat import check_lmcache_version
@@ -61,15 +64,29 @@ DrainedCompletion = tuple[int, bool, str, "list[bool] | None"]
 
 
 class _Batch:
-    """What the connector must remember about a submitted batch to translate its completion."""
+    """What the connector must remember about a submitted batch to translate its completion:
+    and, with a retry policy, what to submit again (``todo``: the indices of the keys in
+    flight; ``results``: every key's latest outcome)."""
 
-    __slots__ = ("id", "kind", "keys", "sizes")
+    __slots__ = ("id", "kind", "keys", "sizes", "buffers", "todo", "results", "delays", "start")
 
-    def __init__(self, id: int, kind: str, keys: list[str], sizes: list[int] | None) -> None:
+    def __init__(
+        self,
+        id: int,
+        kind: str,
+        keys: list[str],
+        sizes: list[int] | None,
+        buffers: list[Any] | None = None,
+    ) -> None:
         self.id = id
         self.kind = kind
         self.keys = keys
         self.sizes = sizes
+        self.buffers = buffers
+        self.todo: list[int] = list(range(len(keys)))
+        self.results: list[int] = [0] * len(keys)
+        self.delays: Iterator[float] | None = None
+        self.start = time.monotonic()
 
 
 class MooncakeConnector:
@@ -77,13 +94,19 @@ class MooncakeConnector:
 
     LMCache builds it as ``MooncakeConnector(**adapter_params)`` from a
     ``"type": "native_plugin"`` spec.  ``adapter_params`` is the JSON of LMCache's
-    ``mooncake_store`` adapter (``num_workers``, ``per_op_workers``, ``eviction``, and
+    ``mooncake_store`` adapter (``num_workers``, ``per_op_workers`` and
     Mooncake's setup keys, passed through as :class:`mooncake_cffi.StoreConfig` does), plus:
 
     - ``queue_timeout`` (seconds a submit to a full lane waits, default 0: fail the batch
       at once, since LMCache's submit must not block), ``queue_capacity``,
       ``coalesce_keys``, ``tile_bytes``, ``tile_keys``, ``connect_timeout``,
       ``register_l1``, ``l1_block_size``: the :class:`mooncake_cffi.Client` options;
+    - ``op_timeout``: bounds Mooncake's own waits (a master RPC, a TCP transfer to a silent
+      peer), so a batch against a dead process fails within about that long;
+    - ``retry``: ``true`` or an object of :class:`mooncake_cffi.RetryPolicy` fields: the keys
+      of a batch that fail with a retryable error (a full pool, a failed transfer or RPC, a
+      replica not yet ready) are submitted again after the policy's backoff, and the batch
+      completes once, with every key's last outcome;
     - ``key_prefix``: prepended to every key (a namespace per deployment or test).
 
     Args:
@@ -112,6 +135,15 @@ class MooncakeConnector:
         self._batches: dict[int, _Batch] = {}  # client id -> batch
         self._ready: list[DrainedCompletion] = []  # completions made here, not by the client
         self._failures = FailureLog()
+        self._retry = parsed.retry
+        self._due: list[tuple[float, int, _Batch]] = []  # retries: (when, id, batch)
+        if l1 is None and parsed.store.protocol == "rdma":
+            raise ValueError(
+                "RDMA protocol is enabled, but no L1 memory descriptor was provided: LMCache "
+                "hands its L1 region only to 'plugin' adapters, never to a 'native_plugin' "
+                'one; use "type": "plugin", "module_path": "mooncake_cffi.lmcache", '
+                '"class_name": "MooncakeL2Adapter"'
+            )
         self._client = Client(parsed.store, l1, **parsed.client_options)
         try:
             self._local_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -173,9 +205,11 @@ class MooncakeConnector:
                     if info is None:
                         logger.error("completion for unknown Mooncake batch %d", completion.id)
                         continue
-                    done.append(self._translate(info, completion))
+                    if not self._retry_later(info, completion):
+                        done.append(self._translate(info, completion))
                 if len(batch) < 1024:
                     break
+            self._resubmit_due()
         return done
 
     def close(self) -> None:
@@ -250,8 +284,71 @@ class MooncakeConnector:
                 name = getattr(exc, "name", None) or type(exc).__name__
                 return self._post_failure(kind, len(names), name, str(exc))
             own = self._take_id()
-            self._batches[cid] = _Batch(own, kind, names, sizes)
+            keep = bufs if self._retry is not None else None  # LMCache keeps them alive
+            self._batches[cid] = _Batch(own, kind, names, sizes, keep)
             return own
+
+    def _retry_later(self, info: _Batch, c: Completion) -> bool:
+        """With a retry policy, whether the retryable keys of ``c`` go again (later); the
+        outcomes land in ``info.results`` (call with the lock held)."""
+        if self._retry is None or len(c.results) != len(info.todo):
+            return False
+        for i, r in zip(info.todo, c.results):
+            info.results[i] = r
+        again = [i for i in info.todo if info.results[i] < 0 and is_retryable(info.results[i])]
+        if not again:
+            return self._finish(info)
+        if info.delays is None:
+            info.delays = self._retry.delays()
+        delay = next(info.delays, None)
+        budget = self._retry.budget
+        now = time.monotonic()
+        if delay is None or (budget is not None and now + delay - info.start > budget):
+            return self._finish(info)
+        info.todo = again
+        heapq.heappush(self._due, (now + delay, info.id, info))
+        self._wake_at(now + delay)
+        return True
+
+    def _finish(self, info: _Batch) -> bool:
+        """After retries: the batch completes with every key's last outcome."""
+        if info.todo == list(range(len(info.keys))):
+            return False  # the completion in hand is the whole batch's
+        whole = Completion(
+            id=info.id, op=_OPS[info.kind], status=0, results=info.results, n_failed=0, message=""
+        )
+        self._ready.append(self._translate(info, whole))
+        os.eventfd_write(self._local_fd, 1)
+        return True
+
+    def _wake_at(self, when: float) -> None:
+        """Make event_fd() readable at ``when`` (a retry is due): a timer on our eventfd."""
+        timer = threading.Timer(max(0.0, when - time.monotonic()), self._ring)
+        timer.daemon = True
+        timer.start()
+
+    def _ring(self) -> None:
+        with self._lock:
+            if not self._closed:
+                os.eventfd_write(self._local_fd, 1)
+
+    def _resubmit_due(self) -> None:
+        """Submit again the retries whose time has come (call with the lock held)."""
+        now = time.monotonic()
+        while self._due and self._due[0][0] <= now:
+            _, _, info = heapq.heappop(self._due)
+            keys = [info.keys[i] for i in info.todo]
+            bufs = None if info.buffers is None else [info.buffers[i] for i in info.todo]
+            try:
+                cid = self._client.submit(_OPS[info.kind], keys, bufs, force=info.kind == "delete")
+            except Exception as exc:  # the retry itself was refused: the batch ends here
+                code = getattr(exc, "code", MCS_E_INVALID_ARG)
+                for i in info.todo:
+                    info.results[i] = code
+                info.todo = []
+                self._finish(info)
+                continue
+            self._batches[cid] = info
 
     def _refuse(self, kind: str, n: int, name: str, detail: str) -> int:
         with self._lock:

@@ -1,0 +1,437 @@
+"""How a blocking call runs: its deadline, one shim call per batch, plans, retries.
+
+:class:`BlockingCalls` takes a :class:`~._native.NativeClient` and turns one operation into
+one shim call: ``mcs_client_run_one`` for a single key, ``mcs_client_run_keys`` for a batch
+of keys only, ``mcs_client_run`` for the rest, through the calling thread's reused memory
+when it can (no deadline, nothing re-entering) and a private :class:`~._marshal.Packed` batch
+otherwise.  It
+drives multi-step plans (:mod:`._plans`) within the call's deadline as a whole, retries
+per-key failures per the client's :class:`~mooncake_cffi.RetryPolicy`, and keeps what a
+timed-out call left with the shim alive until its batch completes (the client's
+``orphans``, freed by :meth:`~.batches.Batches.reap`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from . import _binding
+from ._binding import ffi, lib
+from ._marshal import (
+    Packed,
+    ReusedBatch,
+    checked_sizes,
+    encode_key,
+    from_buffer,
+    gather_values,
+    pack_keys,
+    refused,
+    results_list,
+)
+from ._native import NativeClient
+from ._plans import Deadline, Plan, Sleep, Step, call_limit, retry_plan
+from ._types import DEFAULT, Timeout
+from .batches import Batches
+from .errors import (
+    ClosedError,
+    InvalidArgumentError,
+    MooncakeError,
+    MooncakeTimeoutError,
+    error_for,
+)
+from .retry import RetryPolicy
+from .status import (
+    INVALID_PARAMS,
+    MCS_E_CLOSED,
+    MCS_E_INVALID_ARG,
+    MCS_E_TIMEOUT,
+    OBJECT_NOT_FOUND,
+    OP_GET,
+    OP_GET_BUFFER,
+    OPS,
+    describe,
+    is_retryable,
+)
+
+__all__ = ["BlockingCalls", "NEEDS_PLAN"]
+
+
+def _list(sizes: Sequence[int] | None) -> list[int] | None:
+    return None if sizes is None else list(sizes)
+
+
+def _refusal(native: NativeClient, rc: int) -> Exception:
+    """The error of a call the shim refused (a closed client's: ClosedError)."""
+    if native.handle is None:
+        return ClosedError(MCS_E_CLOSED, "the client is closed")
+    return error_for(rc, _binding.last_error())
+
+
+#: What :meth:`BlockingCalls.get_small` returns when the value needs the full get plan.
+NEEDS_PLAN: Final = object()
+
+
+class BlockingCalls:
+    """The blocking execution of a client's operations (see :class:`mooncake_cffi.Client`).
+
+    ``op_timeout`` is the default deadline of every call (None: none), ``retry`` the policy
+    for retryable per-key failures (None: no retries).
+    """
+
+    def __init__(
+        self,
+        native: NativeClient,
+        batches: Batches,
+        op_timeout: float | None,
+        retry: RetryPolicy | None,
+    ) -> None:
+        self.native = native
+        self.batches = batches
+        self.op_timeout = op_timeout
+        self.retry = retry
+
+    # ----------------------------------------------------------- deadlines
+
+    def limit(self, timeout: Timeout) -> float | None:
+        """The call's time limit in seconds (None: none); a ValueError for a timeout that
+        is not positive seconds."""
+        return call_limit(timeout, self.op_timeout)
+
+    def deadline_ms(self, timeout: Timeout) -> int:
+        """The call's deadline for the shim, in milliseconds (0: none)."""
+        t = call_limit(timeout, self.op_timeout)
+        # Rounded: a plan's first step, microseconds in, still shows the whole deadline.
+        return 0 if t is None else max(1, round(t * 1000))
+
+    def reused(self, timeout: Timeout) -> ReusedBatch | None:
+        """This thread's reused batch, or None when the call must take a private one: it
+        has a deadline (the shim may keep a timed-out batch), timed-out batches wait to be
+        reaped, or the reused batch is in use (a finalizer or signal handler calling in
+        mid-call).  Every call path asks here; it is on the hot path of every small call."""
+        native = self.native
+        try:
+            rb: ReusedBatch = native.tls.state.batch
+        except AttributeError:
+            rb = native.thread().batch
+        if (
+            (self.op_timeout if timeout is DEFAULT else timeout) is not None
+            or native.orphans
+            or rb.busy
+        ):
+            return None
+        return rb
+
+    # ------------------------------------------------------- one shim call
+
+    def run_packed(self, packed: Packed, timeout: Timeout = DEFAULT, what: str = "") -> int:
+        """Run a packed batch; its id (for GET_BUFFER's release).  Raises if it did not run."""
+        native = self.native
+        if native.orphans:
+            self.batches.reap()
+        packed.batch.timeout_ms = self.deadline_ms(timeout)
+        idp = native.thread().idp
+        rc = lib.mcs_client_run(native.checked(), idp, packed.batch)
+        if rc == 0:
+            return int(idp[0])
+        msg = _binding.last_error()
+        if rc == MCS_E_TIMEOUT:
+            batch_id = int(idp[0])
+            with native.lock:  # the shim still uses the batch: keep it until it completes
+                native.orphans[batch_id] = packed
+            raise MooncakeTimeoutError(rc, f"{what + ': ' if what else ''}{msg}", None, batch_id)
+        raise refused(rc, packed.keys)
+
+    def run(
+        self,
+        op: int,
+        keys: list[Any],
+        buffers: Sequence[Any] | None = None,
+        sizes: Sequence[int] | None = None,
+        *,
+        flags: int = 0,
+        writable: bool = False,
+        replicate_config: Any = None,
+        timeout: Timeout = DEFAULT,
+        retrying: bool = True,
+    ) -> list[int]:
+        """One batch; its per-key results, retried per the client's policy (unless
+        ``retrying`` is False: a step of a retry)."""
+        start = time.monotonic() if self.retry is not None else 0.0
+        rb = self.reused(timeout)
+        parts = bool(buffers) and type(buffers[0]) in (list, tuple)  # type: ignore[index]
+        if parts or rb is None:
+            packed = Packed(
+                op,
+                keys,
+                buffers,
+                sizes,
+                flags=flags,
+                writable=writable,
+                replicate_config=replicate_config,
+                parts=parts,
+            )
+            self.run_packed(packed, timeout, OPS[op])
+            results = packed.unpack()
+        elif len(keys) == 1 and buffers is not None and replicate_config is None:
+            if len(buffers) != 1:
+                raise InvalidArgumentError(
+                    MCS_E_INVALID_ARG, f"1 key but {len(buffers)} buffers: they must pair up"
+                )
+            cbuf = from_buffer(buffers[0], 0, writable)
+            size = len(cbuf) if sizes is None else checked_sizes(sizes, [len(cbuf)])[0]
+            results = [self.one(op, keys[0], timeout, flags, cbuf, size)]
+        else:
+            rb.busy = True
+            try:
+                keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
+                rc = lib.mcs_client_run(self.native.checked(), ffi.NULL, rb.batch)
+                del keep
+                if rc:
+                    raise refused(rc, keys)
+                results = results_list(rb.results, len(keys))
+            finally:
+                rb.busy = False
+        if retrying and self.retry is not None and results and min(results) < 0:
+            bufs = None if buffers is None else list(buffers)
+            step = Step(op, keys, bufs, flags, replicate_config, _list(sizes))
+            results = self.retried(step, results, start, timeout)
+        return results
+
+    def one(
+        self,
+        op: int,
+        key: Any,
+        timeout: Timeout,
+        flags: int = 0,
+        buf: Any = None,
+        size: int | None = None,
+    ) -> int:
+        """One key through ``mcs_client_run_one``: the small-operation fast path (no struct).
+
+        ``buf`` is cdata of the key's buffer (GET, PUT, UPSERT), ``size`` its length to use
+        (default: all of it).  The outcome lands in the thread's reused results array; a
+        call that needs a private batch (see :meth:`reused`) gets one.
+        """
+        # The hot path of every small call: few Python operations, each of them costly
+        # right after a round trip has left the caches cold.
+        native = self.native
+        rb = self.reused(timeout)
+        if rb is None:
+            packed = Packed(
+                op,
+                [key],
+                None if buf is None else [buf],
+                None if buf is None or size is None else [size],
+                flags=flags,
+                writable=op == OP_GET,
+            )
+            self.run_packed(packed, timeout, OPS[op])
+            return int(packed.results[0])
+        if type(key) is str:
+            try:
+                kb = key.encode()
+            except UnicodeEncodeError:
+                kb = encode_key(key, 0)  # raises, naming the key
+        else:
+            kb = encode_key(key, 0)
+        if buf is None:
+            buf, size = ffi.NULL, 0
+        elif size is None:
+            size = len(buf)
+        results = rb.results
+        rb.busy = True
+        try:
+            rc = lib.mcs_client_run_one(native.handle, results, op, flags, kb, len(kb), buf, size)
+        finally:
+            rb.busy = False
+        if rc:
+            raise _refusal(native, rc)
+        return results[0]  # type: ignore[no-any-return]
+
+    def keys_call(
+        self,
+        op: int,
+        keys: list[Any],
+        flags: int,
+        timeout: Timeout,
+        convert: Callable[[Any, int], Any] = results_list,
+    ) -> tuple[Any, list[int] | None]:
+        """Run a batch of keys only: ``(convert(results, n), None)``, or when ``convert``
+        gives None (exists_list does when a key failed), ``(None, results as ints)``.
+
+        It goes through this thread's reused batch (the shim is done with it on return)
+        or, when :meth:`reused` says so, through a private batch.
+        """
+        n = len(keys)
+        native = self.native
+        rb = self.reused(timeout)
+        if rb is None:
+            packed = Packed(op, keys, flags=flags)
+            self.run_packed(packed, timeout, OPS[op])
+            answer = convert(packed.results, n)
+            return answer, (None if answer is not None else packed.unpack())
+        # The packed keys go to mcs_client_run_keys as they are (cffi passes a bytes object's own
+        # buffer, NUL-terminated); the outcomes land in the thread's results array.
+        handle = native.handle
+        if handle is None:
+            native.checked()  # raises ClosedError
+        packed_keys = pack_keys(keys)
+        rb.busy = True
+        try:
+            if n > rb.cap:
+                rb.grow(n)
+            rc = lib.mcs_client_run_keys(
+                handle, rb.results, op, flags, packed_keys, len(packed_keys) + 1, n
+            )
+            if rc:
+                raise refused(rc, keys)
+            answer = convert(rb.results, n)
+            return answer, (None if answer is not None else results_list(rb.results, n))
+        finally:
+            rb.busy = False
+
+    def keys_list(
+        self, op: int, keys: list[Any], flags: int, timeout: Timeout, retrying: bool = True
+    ) -> list[int]:
+        """A batch of keys only, as a list of results, retried per the client's policy
+        (unless ``retrying`` is False)."""
+        start = time.monotonic() if self.retry is not None else 0.0
+        results: list[int] = self.keys_call(op, keys, flags, timeout)[0]
+        if retrying and self.retry is not None and results and min(results) < 0:
+            results = self.retried(Step(op, keys, None, flags), results, start, timeout)
+        return results
+
+    # ----------------------------------------------------- cluster-wide calls
+
+    def remove_all(self, force: bool) -> int:
+        """Mooncake's removeAll: every key of the cluster; how many were removed."""
+        out = ffi.new("int64_t *")
+        rc = lib.mcs_client_remove_all(self.native.handle, out, 1 if force else 0)
+        if rc:
+            raise _refusal(self.native, rc)
+        return int(out[0])
+
+    def remove_by_regex(self, pattern: str, force: bool) -> int:
+        """Mooncake's removeByRegex: the keys ``pattern`` (ECMAScript) matches; the count."""
+        if not isinstance(pattern, str):
+            raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
+        out = ffi.new("int64_t *")
+        rc = lib.mcs_client_remove_by_regex(
+            self.native.handle, out, pattern.encode(), 1 if force else 0
+        )
+        if rc:
+            raise _refusal(self.native, rc)
+        return int(out[0])
+
+    def health_check(self) -> int:
+        """Mooncake's health_check: 0 healthy, 1 not set up (or closed), 2 unhealthy."""
+        out = ffi.new("int *")
+        rc = lib.mcs_client_health_check(self.native.handle, out)
+        if rc:
+            raise _refusal(self.native, rc)
+        return int(out[0])
+
+    # ------------------------------------------------------------ retries
+
+    def retried(self, step: Step, results: list[int], start: float, timeout: Timeout) -> list[int]:
+        """``results`` of ``step`` after the client's retry policy tried the retryable keys
+        again (:func:`~._plans.retry_plan`), within what is left of the call's deadline."""
+        if self.retry is None:
+            return results
+        deadline = Deadline(self.limit(timeout), start)
+        plan = retry_plan(self.retry, step, results, deadline.end)
+        return self.drive(plan, deadline.left(), False, deadline)  # type: ignore[no-any-return]
+
+    # -------------------------------------------------------------- plans
+
+    def drive(
+        self, plan: Plan, timeout: Timeout, retrying: bool = True, call: Deadline | None = None
+    ) -> Any:
+        """Run a plan (see :mod:`._plans`) to its answer, one blocking batch per step, all
+        of them within the call's deadline, each retried per the client's policy (unless
+        ``retrying`` is False: the plan does its own).  A step that raises is thrown into
+        the plan, which may handle it (and go on) or let it propagate.  ``call``: the
+        deadline of the call this plan is part of (a retry's), when not its own."""
+        self.deadline_ms(timeout)  # refuses a bad timeout before anything runs
+        deadline = Deadline(self.limit(timeout)) if call is None else call
+        try:
+            request = next(plan)
+            while True:
+                if isinstance(request, Sleep):
+                    left = deadline.left()
+                    time.sleep(request.seconds if left is None else min(request.seconds, left))
+                    request = plan.send(None)
+                    continue
+                try:
+                    answer = self._step(request, deadline.left(), retrying)
+                except MooncakeError as exc:
+                    request = plan.throw(exc)
+                    continue
+                request = plan.send(answer)
+        except StopIteration as done:
+            return done.value
+        except MooncakeTimeoutError as exc:
+            raise deadline.noted(exc) from None
+
+    def _step(self, step: Step, left: float | None, retrying: bool) -> Any:
+        """One step of a plan: GET_BUFFER values as bytes, else per-key results."""
+        op, keys, bufs, flags, replicate_config, sizes = step
+        if op == OP_GET_BUFFER:
+            packed = Packed(op, keys)
+            native = self.native
+            if left is None and not native.orphans and native.handle is not None:
+                # No deadline: straight to the shim, as run_packed would, minus its checks.
+                try:
+                    idp = native.tls.state.idp
+                except AttributeError:
+                    idp = native.thread().idp
+                rc = lib.mcs_client_run(native.handle, idp, packed.batch)
+                if rc:
+                    raise refused(rc, keys)
+                batch_id = int(idp[0])
+            else:
+                batch_id = self.run_packed(packed, left, "get")
+            try:
+                return gather_values(packed, packed.unpack())
+            finally:
+                lib.mcs_client_release(self.native.handle, batch_id)
+        if bufs is None:
+            return self.keys_list(op, keys, flags, left, retrying)
+        # A GET step's buffers are the plan's own fresh bytes objects, filled in place (the
+        # value is copied once), so they are not asked to be writable.
+        return self.run(
+            op,
+            keys,
+            bufs,
+            sizes,
+            flags=flags,
+            replicate_config=replicate_config,
+            timeout=left,
+            retrying=retrying,
+        )
+
+    def get_small(self, key: Any, timeout: Timeout) -> Any:
+        """The value of one key read in one round trip through the thread's scratch buffer
+        (None if missing), or :data:`NEEDS_PLAN` when it takes the full get plan: a value
+        larger than the buffer, a deadline, the buffer in use, a retryable failure."""
+        if self.deadline_ms(timeout):
+            return NEEDS_PLAN
+        state = self.native.thread()
+        if state.scratch_busy:  # a finalizer or signal handler called in mid-get
+            return NEEDS_PLAN
+        data = state.scratch
+        state.scratch_busy = True
+        try:
+            r = self.one(OP_GET, key, timeout, 0, data)
+            if r >= 0:
+                return ffi.unpack(data, r)
+        finally:
+            state.scratch_busy = False
+        if r == OBJECT_NOT_FOUND:
+            return None
+        # Larger than the scratch buffer, or an error the retry policy may retry.
+        if r != INVALID_PARAMS and not (self.retry is not None and is_retryable(r)):
+            raise error_for(r, f"key {key!r}: {describe(r)}")
+        return NEEDS_PLAN

@@ -1,0 +1,461 @@
+"""How :class:`mooncake_cffi.store.MooncakeDistributedStore` runs its calls: one shim call each,
+answered as Mooncake's own binding answers, never with an exception where it returns a code.
+
+:class:`StoreCalls` holds a :class:`~mooncake_cffi.Client`'s native side and blocking calls.
+Each data call takes the calling thread's reused memory and makes one shim call
+(``mcs_client_run_one`` for one key, ``mcs_client_run_keys`` for keys only, ``mcs_client_run``
+for the rest); with a deadline (``op_timeout``) it takes a private batch through
+:class:`~._blocking.BlockingCalls`, which keeps what a timed-out call left with the shim.
+Status codes of the shim become Mooncake's (:func:`code_of`).  A batch the shim refuses as a
+whole (an empty key, a key twice, a NULL buffer) is answered key by key, as Mooncake does, by
+:mod:`._store_repair`.  ``get_buffer`` values come back as :class:`BufferHandle` objects over
+Mooncake's own memory, released when the last of a batch's handles is dropped.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _store_repair as repair
+from . import _store_writes
+from ._binding import ffi, lib
+from ._handles import handles
+from ._marshal import Packed, address, gather_values, pack_keys, refused
+from ._native import SCRATCH_BYTES
+from ._pointers import ranges_struct
+from ._store_repair import Failed, code_of
+from ._types import DEFAULT
+from .errors import MooncakeError
+from .status import OP_GET, OP_GET_BUFFER, OP_PUT
+
+__all__ = ["StoreCalls", "code_of"]
+
+INVALID_PARAMS = -600
+
+_run_one = lib.mcs_client_run_one
+_run_keys = lib.mcs_client_run_keys
+_run = lib.mcs_client_run
+_release = lib.mcs_client_release
+_NULL = ffi.NULL
+_unpack = ffi.unpack
+_from_buffer = ffi.from_buffer
+
+
+class StoreCalls:
+    """The drop-in's calls over ``client`` (a :class:`mooncake_cffi.Client`); thread-safe.
+
+    ``staged``: the bytes calls copy values through memory registered for the call, and gets
+    read through Mooncake's local buffer (protocols other than tcp move data only from and
+    to registered memory).  ``copies`` False (a ``local_buffer_size`` of 0): the bytes calls
+    (``put``, ``put_batch``, ``put_parts``, their upserts, ``get``, ``get_batch``) answer
+    -600 and ``b""``, as Mooncake's do with no local buffer to copy through; the zero-copy
+    calls work.
+    """
+
+    def __init__(self, client: Any, staged: bool = False, copies: bool = True) -> None:
+        self.client = client
+        self.native = client._native
+        self.calls = client._calls
+        self.values = client._values
+        self.staged = staged
+        self.copies = copies
+        # BufferHandle batches alive, and whether close() waits for them to be dropped.
+        self._held = 0
+        self._closing = False
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the client, or once the last BufferHandle of it is dropped: a handle's
+        memory stays valid until then, as the memory of Mooncake's handles does."""
+        with self._lock:
+            self._closing = True
+            wait = self._held > 0
+        if not wait:
+            self.client.close()
+
+    def _handle_dropped(self) -> None:
+        with self._lock:
+            self._held -= 1
+            last = self._closing and self._held == 0
+        if last and not sys.is_finalizing():  # (at exit, the client's atexit hook closes it)
+            # Closing takes ~0.5 s: not in the finalizer that dropped the handle.
+            threading.Thread(target=self.client.close, name="mooncake-store-close").start()
+
+    def _private(self, build: Callable[[], Packed], what: str = "") -> list[int]:
+        """Run a private batch (``build()``): its per-key results, or Failed."""
+        try:
+            packed = build()
+            self.calls.run_packed(packed, DEFAULT, what)
+        except MooncakeError as exc:
+            raise Failed(exc.code) from None
+        return packed.unpack()
+
+    # ------------------------------------------------------------ one key
+
+    def one(self, op: int, key: Any, flags: int = 0, buf: Any = _NULL, size: int = 0) -> int:
+        """One key through ``mcs_client_run_one``: its result, or Mooncake's code."""
+        native = self.native
+        rb = self.calls.reused(DEFAULT)
+        if rb is None:
+            return self._one_private(op, key, flags, buf, size)
+        kb = key.encode() if type(key) is str else repair.key_bytes(key)
+        results = rb.results
+        rb.busy = True
+        try:
+            rc = _run_one(native.handle, results, op, flags, kb, len(kb), buf, size)
+        finally:
+            rb.busy = False
+        if rc:
+            return repair.one_refused(rc, op, kb)
+        return results[0]  # type: ignore[no-any-return]
+
+    def _one_private(self, op: int, key: Any, flags: int, buf: Any, size: int) -> int:
+        """One key through a private batch (a deadline; re-entry): the batch keeps ``buf``
+        (cdata, which keeps its Python buffer) alive for as long as the shim may use it."""
+        kb = repair.key_bytes(key)
+        try:
+            if buf is _NULL:
+                packed = Packed(op, [kb], flags=flags)
+            else:
+                addr = int(ffi.cast("uintptr_t", buf))
+                packed = Packed(op, [kb], [addr], [size], flags=flags, addresses=True)
+                packed._keep.append(buf)
+            self.calls.run_packed(packed, DEFAULT, "")
+        except MooncakeError as exc:
+            return repair.one_refused(exc.code, op, kb)
+        return int(packed.results[0])
+
+    def get(self, key: Any) -> bytes:
+        """The value of ``key``; b"" when it cannot be read (missing, or any failure).
+
+        One round trip into this thread's read buffer for a value up to its size; a larger
+        one (or a call with a deadline: a read that times out must not go on writing into
+        that buffer) through Mooncake's local buffer (:meth:`get_values`)."""
+        if not self.copies:
+            return b""
+        native = self.native
+        try:
+            state = native.tls.state
+        except AttributeError:
+            state = native.thread()
+        rb = state.batch
+        if (
+            self.calls.op_timeout is not None
+            or self.staged
+            or native.orphans
+            or rb.busy
+            or state.scratch_busy
+        ):
+            return self._get_values([key])[0]
+        kb = key.encode() if type(key) is str else repair.key_bytes(key)
+        data = state._scratch
+        if data is None:
+            data = state.scratch
+        results = rb.results
+        rb.busy = state.scratch_busy = True
+        try:
+            rc = _run_one(native.handle, results, OP_GET, 0, kb, len(kb), data, SCRATCH_BYTES)
+            if rc == 0:
+                r = results[0]
+                if r >= 0:
+                    return _unpack(data, r)  # type: ignore[no-any-return]
+        finally:
+            rb.busy = state.scratch_busy = False
+        if rc == 0 and r == INVALID_PARAMS:  # larger than the read buffer: read it whole
+            return self._get_values([key])[0]
+        return b""
+
+    def get_into(self, key: Any, ptr: int, size: int) -> int:
+        if not size or not ptr:
+            return INVALID_PARAMS
+        return self.one(OP_GET, key, 0, address(ptr), size)
+
+    def put_from(self, op: int, key: Any, ptr: int, size: int, config: Any) -> int:
+        """Store ``size`` bytes at ``ptr`` (``op``: PUT or UPSERT); Mooncake's code."""
+        if not size:
+            repair.key_bytes(key)
+            return 0  # Mooncake's answer: nothing to store, nothing stored
+        if not ptr:
+            return INVALID_PARAMS
+        if config is not None:
+            return self.addresses(op, [key], [ptr], [size], config)[0]
+        return self.one(op, key, 0, address(ptr), size)
+
+    def put(self, op: int, key: Any, value: Any, config: Any) -> int:
+        """Store a bytes-like value (``op``: PUT or UPSERT); Mooncake's code."""
+        if not self.copies:
+            return INVALID_PARAMS
+        if config is not None or self.staged:
+            return self.put_values(op, [key], [value], config)
+        buf = _from_buffer(value)
+        if not len(buf):
+            return INVALID_PARAMS
+        return self.one(op, key, 0, buf, len(buf))
+
+    # ------------------------------------------------------------ keys only
+
+    def keys(self, op: int, keys: list[Any], flags: int = 0) -> list[int]:
+        """A batch of keys only (EXISTS, REMOVE): per-key results as Mooncake gives them."""
+        n = len(keys)
+        if not n:
+            return []
+        native = self.native
+        rb = self.calls.reused(DEFAULT)
+        if rb is None:
+            return self._keys_private(op, keys, flags)
+        if n > rb.cap:
+            rb.grow(n)
+        packed = pack_keys(keys)
+        rb.busy = True
+        try:
+            rc = _run_keys(native.handle, rb.results, op, flags, packed, len(packed) + 1, n)
+            if rc == 0:
+                return _unpack(rb.results, n)  # type: ignore[no-any-return]
+        finally:
+            rb.busy = False
+        return self._keys_refused(rc, op, keys, flags)
+
+    def _keys_private(self, op: int, keys: list[Any], flags: int) -> list[int]:
+        try:
+            return self._private(lambda: Packed(op, keys, flags=flags))
+        except Failed as f:
+            return self._keys_refused(f.rc, op, keys, flags)
+
+    def _keys_refused(self, rc: int, op: int, keys: list[Any], flags: int) -> list[int]:
+        def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
+            return self._private(lambda: Packed(op, [keys[i] for i in idx], flags=flags))
+
+        return repair.batch_refused(rc, keys, repair.key_answer(op), run)
+
+    # ------------------------------------------------------------ memory at addresses
+
+    def addresses(
+        self, op: int, keys: list[Any], addrs: Sequence[int], sizes: Sequence[int], config: Any
+    ) -> list[int]:
+        """GET into, or PUT / UPSERT from, memory at integer addresses; per-key results."""
+        n = len(keys)
+        if len(addrs) != n or len(sizes) != n:
+            return [INVALID_PARAMS] * n
+        if config is not None:
+            if not n:
+                return []
+            try:
+                return self._private(
+                    lambda: Packed(op, keys, addrs, sizes, replicate_config=config, addresses=True)
+                )
+            except Failed as f:
+                return self._addresses_refused(f.rc, op, keys, addrs, sizes, config)
+        if n == 1:  # Mooncake's one-key call, no batch to fill
+            return [self.one(op, keys[0], 0, address(addrs[0]), sizes[0])]
+        if not n:
+            return []
+        native = self.native
+        rb = self.calls.reused(DEFAULT)
+        if rb is None:
+            try:
+                return self._private(lambda: Packed(op, keys, addrs, sizes, addresses=True))
+            except Failed as f:
+                return self._addresses_refused(f.rc, op, keys, addrs, sizes, config)
+        if n > rb.cap:
+            rb.grow(n)
+        packed = pack_keys(keys)
+        rb.busy = True
+        try:
+            try:
+                rb.addrs[0:n] = addrs
+                rb.sizes[0:n] = sizes
+            except (TypeError, OverflowError):
+                raise TypeError("buffer addresses and sizes must be non-negative ints") from None
+            b = rb.batch
+            b.op, b.flags, b.n = op, 0, n
+            cdata = _from_buffer(packed)
+            b.key_data, b.key_bytes = cdata, len(packed) + 1
+            b.bufs, b.sizes, b.replica = rb.bufs, rb.sizes, _NULL
+            rc = _run(native.handle, _NULL, b)
+            if rc == 0:
+                return _unpack(rb.results, n)  # type: ignore[no-any-return]
+        finally:
+            rb.busy = False
+        return self._addresses_refused(rc, op, keys, addrs, sizes, config)
+
+    def _addresses_refused(
+        self,
+        rc: int,
+        op: int,
+        keys: list[Any],
+        addrs: Sequence[int],
+        sizes: Sequence[int],
+        config: Any,
+    ) -> list[int]:
+        def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
+            sub = [keys[i] for i in idx]
+            a, s = [addrs[i] for i in idx], [sizes[i] for i in idx]
+            return self._private(
+                lambda: Packed(op, sub, a, s, replicate_config=config, addresses=True)
+            )
+
+        def bad(i: int) -> int | None:
+            return INVALID_PARAMS if not addrs[i] or not sizes[i] else None
+
+        answer = repair.key_answer(op)
+        return repair.batch_refused(rc, keys, answer, run, bad, reverse=op == OP_PUT)
+
+    def address_parts(
+        self,
+        op: int,
+        keys: list[Any],
+        all_addrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        config: Any,
+    ) -> list[int]:
+        """Mooncake's multi-buffer calls: key i's value in the buffers ``all_addrs[i]``."""
+        n = len(keys)
+        if len(all_addrs) != n or len(all_sizes) != n:
+            return [INVALID_PARAMS] * n
+        if not n:
+            return []
+
+        def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
+            sub = [keys[i] for i in idx]
+            a, s = [all_addrs[i] for i in idx], [all_sizes[i] for i in idx]
+            return self._private(
+                lambda: Packed(op, sub, a, s, replicate_config=config, parts=True, addresses=True)  # type: ignore[arg-type]
+            )
+
+        def bad(i: int) -> int | None:
+            a, s = all_addrs[i], all_sizes[i]
+            if not a or len(a) != len(s) or 0 in a or 0 in s:
+                return INVALID_PARAMS
+            return None
+
+        try:
+            return run(list(range(n)), keys)
+        except Failed as f:
+            answer = repair.key_answer(op)
+            return repair.batch_refused(f.rc, keys, answer, run, bad, reverse=op == OP_PUT)
+
+    # ------------------------------------------------------------ bytes values
+    # (the bytes calls that are not one key: in _store_writes)
+
+    def put_values(self, op: int, keys: list[Any], values: Sequence[Any], config: Any) -> int:
+        """Mooncake's put_batch / upsert_batch: 0 or the first failing key's code."""
+        return _store_writes.put_values(self, op, keys, values, config)
+
+    def put_parts_many(
+        self, op: int, keys: list[Any], parts: Sequence[Sequence[Any]], config: Any
+    ) -> list[int]:
+        """Values of several parts each, stored one after another; per-key results."""
+        return _store_writes.put_parts_many(self, op, keys, parts, config)
+
+    def put_parts(self, op: int, key: Any, parts: Sequence[Any], config: Any) -> int:
+        """One value from several bytes-like parts; Mooncake's code."""
+        return _store_writes.put_parts(self, op, key, parts, config)
+
+    # ------------------------------------------------------------ values out
+
+    def _get_buffer_batch(self, keys: list[Any]) -> tuple[Packed, list[int], int]:
+        """Run a GET_BUFFER batch: (it, its results, its id for the release)."""
+        packed = Packed(OP_GET_BUFFER, keys)
+        native = self.native
+        if self.calls.op_timeout is not None or native.orphans:
+            batch_id = self.calls.run_packed(packed, DEFAULT, "get")
+        else:
+            try:
+                idp = native.tls.state.idp
+            except AttributeError:
+                idp = native.thread().idp
+            rc = _run(native.handle, idp, packed.batch)
+            if rc:
+                raise refused(rc, keys) if native.handle is not None else Failed(rc)
+            batch_id = idp[0]
+        return packed, packed.unpack(), batch_id
+
+    def get_values(self, keys: list[Any]) -> list[bytes]:
+        """Mooncake's get_batch: the values, b"" for a key that cannot be read."""
+        if not keys:
+            return [b""]  # what Mooncake's binding answers for no keys
+        if not self.copies:
+            return [b""] * len(keys)
+        if len(keys) == 1 and not self.staged and self.calls.op_timeout is None:
+            return [self.get(keys[0])]
+        return self._get_values(keys)
+
+    def _get_values(self, keys: list[Any]) -> list[bytes]:
+        try:
+            packed, results, batch_id = self._get_buffer_batch(keys)
+            try:
+                values = gather_values(packed, results)
+            finally:
+                _release(self.native.handle, batch_id)
+        except (MooncakeError, Failed) as exc:
+            code = exc.code if isinstance(exc, MooncakeError) else exc.rc
+            if code not in repair.REPAIRABLE:
+                return [b""] * len(keys)
+            return repair.values_by_key(self._get_values, keys, b"")
+        if None in values:  # missing, or larger than the local buffer: read those whole
+            unread = [i for i, v in enumerate(values) if v is None]
+            try:
+                more = self.values.batch_get([keys[i] for i in unread], DEFAULT)
+            except MooncakeError:
+                more = [None] * len(unread)
+            for i, v in zip(unread, more):
+                values[i] = v
+        return [b"" if v is None else v for v in values]
+
+    def get_handles(self, keys: list[Any]) -> list[Any]:
+        """Mooncake's batch_get_buffer: a BufferHandle per key, None where unread."""
+        if not keys:
+            return []
+        try:
+            packed, results, batch_id = self._get_buffer_batch(keys)
+        except (MooncakeError, Failed) as exc:
+            code = exc.code if isinstance(exc, MooncakeError) else exc.rc
+            if code not in repair.REPAIRABLE:
+                return [None] * len(keys)
+            return repair.values_by_key(self.get_handles, keys, None)
+        native = self.native
+
+        def release() -> None:
+            if native.handle is not None:
+                _release(native.handle, batch_id)
+            self._handle_dropped()
+
+        with self._lock:
+            self._held += 1
+        addrs = _unpack(ffi.cast("uintptr_t *", packed.values), len(results))
+        return handles(results, addrs, release)
+
+    # ------------------------------------------------------------ registration, ranges
+
+    def register(self, ptr: int, size: int) -> int:
+        rc = lib.mcs_client_register_buffer(self.native.handle, address(ptr), size)
+        return code_of(rc) if rc else 0
+
+    def unregister(self, ptr: int) -> int:
+        rc = lib.mcs_client_unregister_buffer(self.native.handle, address(ptr))
+        return code_of(rc) if rc else 0
+
+    def get_into_ranges(
+        self,
+        addrs: Sequence[int],
+        all_keys: Sequence[Sequence[Any]],
+        dst: Sequence[Sequence[Sequence[int]]],
+        src: Sequence[Sequence[Sequence[int]]],
+        sizes: Sequence[Sequence[Sequence[int]]],
+    ) -> list[list[list[int]]]:
+        """Mooncake's get_into_ranges: per buffer, per key, per range, bytes read or a code."""
+        shape = repair.ranges_shape(addrs, all_keys, dst, src, sizes)
+        if shape is None:  # lists that do not pair up: every range fails, as Mooncake's do
+            return repair.ranges_failed(len(addrs), all_keys, dst, INVALID_PARAMS)
+        (keys_per_buf, flat_keys, per_key, flat_dst, flat_src, flat_sizes), skipped = shape
+        r, keep = ranges_struct(
+            addrs, keys_per_buf, flat_keys, per_key, flat_dst, flat_src, flat_sizes
+        )
+        rc = lib.mcs_client_get_into_ranges(self.native.handle, r)
+        del keep
+        if rc:
+            return repair.ranges_failed(len(addrs), all_keys, dst, code_of(rc))
+        return repair.ranges_nest(_unpack(r.results, len(flat_sizes)), all_keys, dst, skipped)

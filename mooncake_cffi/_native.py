@@ -1,0 +1,304 @@
+"""A client's native side: the shim's ``mcs_client`` handle, from checked options to close.
+
+:class:`NativeClient` is the one object that owns a handle and its life: the options it was
+created with (checked before any network traffic), the L1 region registered with it, the lock
+that orders submits against drains, the batches whose memory the shim still borrows (submitted
+ones and those of timed-out blocking calls), the per-thread memory blocking calls reuse, and
+closing (normally, or fast for a process about to exit, and at interpreter exit).  The
+execution modules (:mod:`._blocking`, :mod:`._batches`) take it; :class:`mooncake_cffi.Client`
+holds it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import threading
+import weakref
+from typing import Any
+
+from . import _binding
+from ._binding import ffi, lib
+from ._marshal import Packed, ReusedBatch
+from ._replica_abi import replica_options
+from .config import StoreConfig
+from .errors import ClosedError, check
+from .status import MCS_E_CLOSED
+from .wheel import adapt_setup_config
+
+__all__ = ["NativeClient", "ThreadState"]
+
+#: Bytes of each thread's scratch buffer: a get of a value up to this size is one round trip.
+SCRATCH_BYTES = 256 * 1024
+
+_live: weakref.WeakSet[NativeClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # pragma: no cover - runs at interpreter exit
+    for native in list(_live):
+        try:
+            native.close()
+        except Exception:
+            pass
+
+
+def shorten_mooncake_timeouts(op_timeout: float) -> None:
+    """Make Mooncake's own waits no longer than a client's deadline, at the source.
+
+    Mooncake reads these from the environment when the first client of the process is set
+    up: ``MC_RPC_TIMEOUT_MS`` (a master RPC), ``MC_TCP_STATUS_TIMEOUT_SEC`` (a TCP transfer
+    waiting on a silent peer: 30 s by default).  Values already set are kept.
+    """
+    os.environ.setdefault("MC_RPC_TIMEOUT_MS", str(max(100, int(op_timeout * 1000))))
+    os.environ.setdefault("MC_TCP_STATUS_TIMEOUT_SEC", str(max(1, math.ceil(op_timeout))))
+
+
+def _count(name: str, value: object, limit: int) -> int:
+    """A non-negative integer option no larger than ``limit``, or a ValueError naming it."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
+        raise ValueError(f"{name} must be an integer from 0 to {limit}, not {value!r}")
+    return value
+
+
+def _seconds_ms(name: str, value: object, *, none_ms: int, limit_s: float) -> int:
+    """Seconds given as an option, in whole milliseconds (``none_ms`` for None); a ValueError
+    naming the option for a value that is not a finite number from 0 to ``limit_s``."""
+    if value is None:
+        return none_ms
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be None or seconds, not {value!r}")
+    if not math.isfinite(value) or not 0 <= value <= limit_s:
+        raise ValueError(f"{name} must be None or seconds from 0 to {limit_s:g}, not {value!r}")
+    return int(value * 1000)
+
+
+#: The longest wait a millisecond count in the shim's int32 fields can hold (24.8 days).
+MAX_WAIT_SECONDS = (2**31 - 1) / 1000
+
+
+class ThreadState:
+    """The memory one thread's blocking calls reuse: a batch (struct and arrays), a read
+    buffer for small gets, and an id out-parameter.  ``busy`` flags mark them in use, so a
+    call made in mid-call on the same thread (a finalizer, a signal handler) takes private
+    memory instead of overwriting the outer call's."""
+
+    __slots__ = ("batch", "_scratch", "scratch_busy", "idp")
+
+    def __init__(self) -> None:
+        self.batch = ReusedBatch()
+        self._scratch: Any = None
+        self.scratch_busy = False
+        self.idp = ffi.new("uint64_t *")
+
+    @property
+    def scratch(self) -> Any:
+        """The read buffer (cdata of :data:`SCRATCH_BYTES`), allocated on first use."""
+        if self._scratch is None:
+            self._scratch = ffi.new("char[]", SCRATCH_BYTES)
+        return self._scratch
+
+
+class NativeClient:
+    """One shim client (``mcs_client``): created and set up from ``config``, closed once.
+
+    The keyword options are :class:`mooncake_cffi.Client`'s (see there); each is checked,
+    with a ``ValueError`` naming it, before anything reaches the network.  Thread-safe.
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        l1: Any = None,
+        register_l1: bool | None = None,
+        l1_block_size: int = 0,
+        queue_capacity: int = 0,
+        queue_timeout: float | None = None,
+        tile_bytes: int = 0,
+        tile_keys: int = 0,
+        coalesce_keys: int = 0,
+        replicate_config: Any = None,
+        connect_timeout: float | None = 2.0,
+    ) -> None:
+        self.handle: Any = None
+        self.config = config
+        #: Orders submits against drains, and guards the registries below.
+        self.lock = threading.Lock()
+        #: Submitted batches not drained yet: id -> (what the shim borrows, user data).
+        self.pending: dict[int, tuple[Packed, Any]] = {}
+        #: Batches of blocking calls that timed out: id -> what the shim still borrows.
+        self.orphans: dict[int, Packed] = {}
+        self._closed = False
+        #: Per-thread memory (:class:`ThreadState` as ``tls.state``; see :meth:`thread`).
+        self.tls = threading.local()
+
+        if register_l1 is None:
+            register_l1 = config.protocol == "rdma"
+        self.l1 = l1
+        self.l1_block_size = _count("l1_block_size", l1_block_size, 2**63)
+        self.l1_cdata: Any = _l1_cdata(l1, config.protocol) if register_l1 else None
+        lanes = ffi.new("struct mcs_lanes *")
+        lanes.struct_size = ffi.sizeof("struct mcs_lanes")
+        lanes.num_workers = config.num_workers
+        per = config.per_op_workers or {}
+        lanes.lookup = per.get("lookup", 0)
+        lanes.retrieve = per.get("retrieve", 0)
+        lanes.store = per.get("store", 0)
+        setattr(lanes, "del", per.get("delete", 0))  # `del` is a Python keyword
+        lanes.queue_capacity = _count("queue_capacity", queue_capacity, 1 << 24)
+        lanes.queue_wait_ms = _seconds_ms(
+            "queue_timeout", queue_timeout, none_ms=-1, limit_s=MAX_WAIT_SECONDS
+        )
+        lanes.tile_bytes = _count("tile_bytes", tile_bytes, 2**63)
+        lanes.tile_keys = _count("tile_keys", tile_keys, 1 << 24)
+        lanes.coalesce_keys = _count("coalesce_keys", coalesce_keys, 65536)
+        probe_ms = _seconds_ms("connect_timeout", connect_timeout, none_ms=-1, limit_s=3600)
+        if connect_timeout is not None and probe_ms <= 0:
+            probe_ms = -1  # 0 turns the probe off, as before
+
+        _binding.ensure_mooncake_loaded()
+        # Wheel adaptation (mooncake_cffi.wheel): wheels before 0.3.12 refuse
+        # global_segment_size 0 and read "32 MB" as 32; the keys are rewritten for them.
+        items = list(adapt_setup_config(config.setup_config).items())
+        ckeys = [ffi.new("char[]", k.encode()) for k, _ in items]
+        cvals = [ffi.new("char[]", v.encode()) for _, v in items]
+        out = ffi.new("mcs_client **")
+        check(
+            lib.mcs_client_create(
+                out,
+                ffi.new("char *[]", ckeys) if items else ffi.NULL,
+                ffi.new("char *[]", cvals) if items else ffi.NULL,
+                len(items),
+                lanes,
+                probe_ms,
+            )
+        )
+        self.handle = out[0]
+        _live.add(self)
+        try:
+            fields = config.replicate_fields()
+            #: The replica options of writes that give none.
+            self.default_replicate_config = (
+                replicate_config if replicate_config is not None else config.replicate_config()
+            )
+            if replicate_config is not None or fields:  # else the shim's: Mooncake's defaults
+                opts, keep = replica_options(self.default_replicate_config)
+                check(lib.mcs_client_set_replica_options(self.handle, opts))
+                del keep
+            if self.l1_cdata is not None:
+                check(
+                    lib.mcs_client_register_l1(
+                        self.handle, self.l1_cdata, len(self.l1_cdata), self.l1_block_size
+                    )
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------- access
+
+    def checked(self) -> Any:
+        """The handle, or :class:`ClosedError` once the client is closed."""
+        handle = self.handle
+        if handle is None:
+            raise ClosedError(MCS_E_CLOSED, "the client is closed")
+        return handle
+
+    def thread(self) -> ThreadState:
+        """This thread's reusable memory (see :class:`ThreadState`)."""
+        try:
+            state: ThreadState = self.tls.state
+        except AttributeError:
+            state = self.tls.state = ThreadState()
+        return state
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def hostname(self) -> str:
+        buf = ffi.new("char[]", 512)
+        check(lib.mcs_client_hostname(self.checked(), buf, 512))
+        return str(ffi.string(buf).decode())
+
+    @property
+    def l1_blocks(self) -> int:
+        blocks = ffi.new("uint32_t *")
+        check(lib.mcs_client_l1_blocks(self.checked(), blocks))
+        return int(blocks[0])
+
+    @property
+    def l1_registered(self) -> bool:
+        if self.handle is None:
+            return False
+        blocks = ffi.new("uint32_t *")
+        return bool(lib.mcs_client_l1_blocks(self.handle, blocks) == 0 and blocks[0] > 0)
+
+    def fileno(self) -> int:
+        fd = ffi.new("int *")
+        check(lib.mcs_client_fd(self.checked(), fd))
+        return int(fd[0])
+
+    # -------------------------------------------------------------- close
+
+    def close(self) -> None:
+        """Finish accepted work, unregister L1 and tear Mooncake down.  Idempotent."""
+        with self.lock:
+            if self._closed or self.handle is None:
+                self._closed = True
+                return
+            self._closed = True
+            handle = self.handle
+        # In a forked child the shim only marks the parent's client closed.
+        lib.mcs_client_close(handle)
+        _live.discard(self)
+
+    def close_for_exit(self) -> str:
+        """Close without Mooncake's own teardown, for a process about to ``os._exit``; the
+        name the client was registered under ("" if unknown), for removing its metadata."""
+        with self.lock:
+            if self._closed or self.handle is None:
+                self._closed = True
+                return ""
+            handle = self.handle
+        try:
+            name = self.hostname
+        except Exception:
+            name = ""
+        with self.lock:
+            self._closed = True
+        lib.mcs_client_close_for_exit(handle)
+        _live.discard(self)
+        return name
+
+    def __del__(self) -> None:
+        handle = getattr(self, "handle", None)
+        if handle is not None:
+            try:
+                lib.mcs_client_free(handle)
+            except Exception:
+                pass
+            self.handle = None
+
+
+def _l1_cdata(l1: Any, protocol: str) -> Any:
+    """cdata over the L1 buffer to register, or the ValueError LMCache gives for a bad one."""
+    if l1 is None:
+        raise ValueError(
+            "RDMA protocol is enabled, but no L1 memory descriptor was provided; "
+            "pass l1=<a writable buffer, allocated eagerly> to Client()"
+            if protocol == "rdma"
+            else "register_l1=True needs an l1 buffer"
+        )
+    try:
+        cdata = ffi.from_buffer(l1, require_writable=True)
+    except (TypeError, BufferError) as exc:
+        raise ValueError(
+            f"invalid L1 memory descriptor: {type(l1).__name__} is not a writable buffer ({exc})"
+        ) from None
+    if len(cdata) == 0:
+        raise ValueError("invalid L1 memory descriptor: the buffer is empty (size 0)")
+    return cdata

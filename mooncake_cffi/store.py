@@ -1,0 +1,463 @@
+"""A drop-in for Mooncake's own client class: change one import.
+
+    from mooncake_cffi.store import MooncakeDistributedStore, ReplicateConfig, SoftPinAction
+
+:class:`MooncakeDistributedStore` behaves as the class of that name in Mooncake
+0.3.13.post1's ``mooncake.store`` does, method for method: the same names, parameters and
+defaults, the same answers (0 or Mooncake's negative ``ErrorCode``, lists from the batch
+calls, ``b""`` for a value that cannot be read, :class:`BufferHandle` objects from
+``get_buffer``), over a :class:`mooncake_cffi.Client` (``store.client``: stats, metrics,
+deadlines, ``AsyncClient(store.client)``).  Calls run in one shim call each
+(:mod:`._direct`), refused batches are answered per key as Mooncake answers them
+(:mod:`._store_repair`), setup parses both of Mooncake's forms (:mod:`._store_setup`), the
+tensor calls use Mooncake's tensor format (:mod:`.store_tensors`), and what Mooncake answers
+before setup and after close, and the methods not supported, are in :mod:`._store_unset`.
+"Migrating from Mooncake's client" in the documentation (``docs/guide/migrating.md``)
+says what differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import _store_setup, store_tensors
+from ._direct import StoreCalls, code_of
+from ._handles import BufferHandle
+from ._store_unset import UNSET, UNSUPPORTED, Unset, unsupported
+from .client import Client
+from .errors import MooncakeError
+from .replica import ObjectDataType, ReplicateConfig, SoftPinAction
+from .sizes import parse_size
+from .status import FLAG_FORCE, OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
+
+__all__ = [
+    "BufferHandle",
+    "MooncakeDistributedStore",
+    "ObjectDataType",
+    "ReplicateConfig",
+    "SoftPinAction",
+]
+
+#: The ``config`` default of the writes: Mooncake's default ReplicateConfig (a write given
+#: it takes the client's default, which is Mooncake's).
+DEFAULT_CONFIG = ReplicateConfig()
+_D = DEFAULT_CONFIG
+
+
+def _keys(keys: Any) -> list[Any]:
+    """A sequence of keys as a list (a lone str is refused, as Mooncake's binding does)."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError("keys must be a list of str, not a single str")
+    return list(keys)
+
+
+class MooncakeDistributedStore:
+    """Mooncake's ``MooncakeDistributedStore`` over :class:`mooncake_cffi.Client`.
+
+    Create it, call :meth:`setup`, use it, :meth:`close` it.  ``client`` is the underlying
+    Client (None until setup and after close).  Thread-safe.
+    """
+
+    __slots__ = ("client", "_x", "__weakref__")
+
+    def __init__(self) -> None:
+        self.client: Client | None = None
+        self._x: StoreCalls | Unset = UNSET
+
+    # ------------------------------------------------------------ lifecycle
+
+    def setup(self, *args: Any, **kwargs: Any) -> int:
+        """``setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+        protocol, rdma_devices, master_server_addr, engine=None, enable_ssd_offload=False,
+        ssd_offload_path='', tenant_id='default', enable_client_http_server=False,
+        client_http_port=9300)`` or ``setup(config: dict)``: 0, or Mooncake's code.
+
+        The dict takes Mooncake's keys (values as ``str(value)``, sizes such as
+        ``"32 MB"``) and this package's (``num_workers``, ``per_op_workers``, ``op_timeout``,
+        ``connect_timeout``...: see :mod:`._store_setup`), which
+        ``$MOONCAKE_CFFI_STORE_OPTIONS`` (a JSON object) also gives.  A second setup replaces the
+        first client, as Mooncake's does.  ``engine`` (a shared TransferEngine) is not
+        supported (NotImplementedError).
+        """
+        form, config, engine = _store_setup.from_arguments(args, kwargs)
+        if engine is not None:
+            raise NotImplementedError(
+                "setup(engine=...): sharing a TransferEngine is not supported by "
+                "mooncake_cffi.store; call setup without engine (the client makes its own)"
+            )
+        self.close()
+        rc = _store_setup.precheck(form, config)
+        if rc:
+            return rc
+        cfg, options = _store_setup.build({**_store_setup.env_options(), **config})
+        try:
+            client = Client(cfg, register_l1=False, **options)
+        except MooncakeError as exc:
+            return _store_setup.setup_failure(exc.code)
+        self.client = client
+        local_buffer = cfg.setup_config.get("local_buffer_size")
+        copies = local_buffer is None or parse_size(local_buffer) != 0
+        self._x = StoreCalls(client, staged=cfg.protocol != "tcp", copies=copies)
+        return 0
+
+    def init_all(self, protocol: str, device_name: str, mount_segment_size: int, /) -> int:
+        """Mooncake's init_all: a setup with its fixed ``localhost:12345`` and the etcd at
+        ``127.0.0.1:2379`` (-600 once set up, as Mooncake's)."""
+        if self.client is not None:
+            return -600
+        return self.setup(
+            "localhost:12345", "127.0.0.1:2379", mount_segment_size, 1 << 30, protocol,
+            device_name, "127.0.0.1:50051",
+        )  # fmt: skip
+
+    def close(self) -> int:
+        """Tear the client down (0; again: 0).  BufferHandles still alive stay valid: the
+        client closes once the last is dropped."""
+        calls, self.client, self._x = self._x, None, UNSET
+        calls.close()  # once the BufferHandles of the store are dropped, if any are alive
+        return 0
+
+    def get_hostname(self) -> str:
+        """The ``host:port`` this client registered as ("" before setup)."""
+        try:
+            return self.client.hostname if self.client is not None else ""
+        except MooncakeError:
+            return ""
+
+    def health_check(self) -> int:
+        """0 healthy, 1 not set up or closed, 2 master unreachable (Mooncake's ping loop)."""
+        try:
+            return self.client.health_check() if self.client is not None else 1
+        except MooncakeError:
+            return 1
+
+    # ------------------------------------------------------------ keys
+
+    def is_exist(self, key: str, /) -> int:
+        """1 if ``key`` exists, 0 if not, or a negative code."""
+        return self._x.one(OP_EXISTS, key)
+
+    def batch_is_exist(self, keys: list[str]) -> list[int]:
+        """1 / 0 / a negative code per key."""
+        return self._x.keys(OP_EXISTS, keys if type(keys) is list else _keys(keys))
+
+    def get_size(self, key: str, /) -> int:
+        """The size of ``key``'s value in bytes, or a negative code (-704 missing)."""
+        return self._x.one(OP_SIZE, key)
+
+    def remove(self, key: str, force: bool = False) -> int:
+        """0 removed, -704 missing, -706 under a read lease (``force`` removes anyway)."""
+        return self._x.one(OP_REMOVE, key, FLAG_FORCE if force else 0)
+
+    def batch_remove(self, keys: list[str], force: bool = False) -> list[int]:
+        """Per-key codes of removing ``keys``."""
+        ks = keys if type(keys) is list else _keys(keys)
+        return self._x.keys(OP_REMOVE, ks, FLAG_FORCE if force else 0)
+
+    def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
+        """How many keys the ECMAScript ``regex_pattern`` matched and were removed, or a code."""
+        return self._count(lambda c: c.remove_by_regex(regex_pattern, force))
+
+    def remove_all(self, force: bool = False) -> int:
+        """How many keys of the whole cluster were removed, or a code."""
+        return self._count(lambda c: c.remove_all(force))
+
+    def _count(self, call: Any) -> int:
+        if self.client is None:
+            return -600
+        try:
+            count: int = call(self.client)
+        except MooncakeError as exc:
+            return code_of(exc.code)
+        return count
+
+    # ------------------------------------------------------------ bytes values
+
+    def get(self, key: str, /) -> bytes:
+        """The value of ``key``, or ``b""`` when it cannot be read."""
+        return self._x.get(key)
+
+    def get_batch(self, keys: list[str], /) -> list[bytes]:
+        """The values of ``keys`` (``b""`` for any that cannot be read)."""
+        return self._x.get_values(keys if type(keys) is list else _keys(keys))
+
+    def get_buffer(self, key: str, /) -> BufferHandle | None:
+        """``key``'s value in Mooncake's local buffer as a :class:`BufferHandle`, or None."""
+        handle: BufferHandle | None = self._x.get_handles([key])[0]
+        return handle
+
+    def batch_get_buffer(self, keys: list[str], /) -> list[BufferHandle | None]:
+        """A :class:`BufferHandle` per key (None where unread), sharing one hold."""
+        return self._x.get_handles(keys if type(keys) is list else _keys(keys))
+
+    def put(self, key: str, value: Any, config: ReplicateConfig = _D) -> int:
+        """Store a bytes-like ``value`` (an existing key keeps its value); 0 or a code."""
+        return self._x.put(OP_PUT, key, value, None if config is _D else config)
+
+    def upsert(self, key: str, value: Any, config: ReplicateConfig = _D) -> int:
+        """Store ``value``, replacing any existing one; 0 or a code."""
+        return self._x.put(OP_UPSERT, key, value, None if config is _D else config)
+
+    def put_batch(self, keys: list[str], values: list[Any], config: ReplicateConfig = _D) -> int:
+        """Store values under keys; 0, or the code of the first key that failed."""
+        ks = keys if type(keys) is list else _keys(keys)
+        return self._x.put_values(OP_PUT, ks, values, None if config is _D else config)
+
+    def upsert_batch(self, keys: list[str], values: list[Any], config: ReplicateConfig = _D) -> int:
+        """As :meth:`put_batch`, replacing existing values."""
+        ks = keys if type(keys) is list else _keys(keys)
+        return self._x.put_values(OP_UPSERT, ks, values, None if config is _D else config)
+
+    def put_parts(self, key: str, *args: Any, config: ReplicateConfig = _D) -> int:
+        """Store the bytes-like ``args`` one after another as one value."""
+        return self._x.put_parts(OP_PUT, key, args, None if config is _D else config)
+
+    def upsert_parts(self, key: str, *args: Any, config: ReplicateConfig = _D) -> int:
+        """As :meth:`put_parts`, replacing an existing value."""
+        return self._x.put_parts(OP_UPSERT, key, args, None if config is _D else config)
+
+    # ------------------------------------------------------------ memory at addresses
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Read ``key``'s value into ``size`` bytes at ``buffer_ptr``: bytes read, or a code
+        (-704 missing, -600 a buffer too small)."""
+        return self._x.get_into(key, buffer_ptr, size)
+
+    def batch_get_into(
+        self, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
+    ) -> list[int]:
+        """Per key: bytes read into its buffer, or a code."""
+        ks = keys if type(keys) is list else _keys(keys)
+        return self._x.addresses(OP_GET, ks, buffer_ptrs, sizes, None)
+
+    def put_from(self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig = _D) -> int:
+        """Store ``size`` bytes at ``buffer_ptr`` under ``key``; 0 or a code."""
+        return self._x.put_from(OP_PUT, key, buffer_ptr, size, None if config is _D else config)
+
+    def upsert_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig = _D
+    ) -> int:
+        """As :meth:`put_from`, replacing an existing value."""
+        return self._x.put_from(OP_UPSERT, key, buffer_ptr, size, None if config is _D else config)
+
+    def batch_put_from(
+        self,
+        keys: list[str],
+        buffer_ptrs: list[int],
+        sizes: list[int],
+        config: ReplicateConfig = _D,
+    ) -> list[int]:
+        """Per-key codes of storing each buffer under its key."""
+        ks = keys if type(keys) is list else _keys(keys)
+        return self._x.addresses(OP_PUT, ks, buffer_ptrs, sizes, None if config is _D else config)
+
+    def batch_upsert_from(
+        self,
+        keys: list[str],
+        buffer_ptrs: list[int],
+        sizes: list[int],
+        config: ReplicateConfig = _D,
+    ) -> list[int]:
+        """As :meth:`batch_put_from`, replacing existing values."""
+        ks = keys if type(keys) is list else _keys(keys)
+        return self._x.addresses(
+            OP_UPSERT, ks, buffer_ptrs, sizes, None if config is _D else config
+        )
+
+    def batch_put_from_multi_buffers(
+        self,
+        keys: list[str],
+        all_buffer_ptrs: list[list[int]],
+        all_sizes: list[list[int]],
+        config: ReplicateConfig = _D,
+    ) -> list[int]:
+        """Store key i's value from the buffers ``all_buffer_ptrs[i]``, one after another."""
+        ks = keys if type(keys) is list else _keys(keys)
+        cfg = None if config is _D else config
+        return self._x.address_parts(OP_PUT, ks, all_buffer_ptrs, all_sizes, cfg)
+
+    def batch_get_into_multi_buffers(
+        self,
+        keys: list[str],
+        all_buffer_ptrs: list[list[int]],
+        all_sizes: list[list[int]],
+        prefer_alloc_in_same_node: bool = False,
+    ) -> list[int]:
+        """Read key i's value across the buffers ``all_buffer_ptrs[i]``; bytes read or a
+        code (their sizes need not add up to the value's, unlike Mooncake's own)."""
+        ks = keys if type(keys) is list else _keys(keys)
+        return self._x.address_parts(OP_GET, ks, all_buffer_ptrs, all_sizes, None)
+
+    def put_from_with_metadata(
+        self,
+        key: str,
+        buffer_ptr: int,
+        metadata_buffer_ptr: int,
+        size: int,
+        metadata_size: int,
+        config: ReplicateConfig = _D,
+    ) -> int:
+        """Store ``metadata_size`` bytes at ``metadata_buffer_ptr`` then ``size`` bytes at
+        ``buffer_ptr`` as one value; 0 or a code."""
+        if not size:
+            return 0
+        ptrs, sizes = [[metadata_buffer_ptr, buffer_ptr]], [[metadata_size, size]]
+        if not metadata_size:
+            ptrs, sizes = [[buffer_ptr]], [[size]]
+        cfg = None if config is _D else config
+        out = self._x.address_parts(OP_PUT, [key], ptrs, sizes, cfg)
+        return out[0] if out else -600
+
+    def get_into_ranges(
+        self,
+        buffer_ptrs: list[int],
+        all_keys: list[list[str]],
+        all_dst_offsets: list[list[list[int]]],
+        all_src_offsets: list[list[list[int]]],
+        all_sizes: list[list[list[int]]],
+    ) -> list[list[list[int]]]:
+        """Byte ranges of values into registered buffers: for buffer b, key j of it, range
+        k, ``all_sizes[b][j][k]`` bytes from offset ``all_src_offsets[b][j][k]`` of the
+        value to ``all_dst_offsets[b][j][k]`` of the buffer; bytes read or a code each."""
+        return self._x.get_into_ranges(
+            buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes
+        )
+
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
+        """Register ``size`` bytes at ``buffer_ptr`` with Mooncake (several may be); 0 or -600."""
+        return self._x.register(buffer_ptr, size)
+
+    def unregister_buffer(self, buffer_ptr: int) -> int:
+        """Unregister the buffer registered at ``buffer_ptr``; 0 or -600."""
+        return self._x.unregister(buffer_ptr)
+
+    # ------------------------------------------------------------ tensors (torch)
+
+    def put_tensor(self, key: str, tensor: Any) -> int:
+        """Store a torch tensor in Mooncake's tensor format; 0 or a code."""
+        return store_tensors.put_tensors(self._x, OP_PUT, [key], [tensor], None)[0]
+
+    def upsert_tensor(self, key: str, tensor: Any) -> int:
+        """As :meth:`put_tensor`, replacing an existing value."""
+        return store_tensors.put_tensors(self._x, OP_UPSERT, [key], [tensor], None)[0]
+
+    def pub_tensor(self, key: str, tensor: Any, config: ReplicateConfig = _D) -> int:
+        """:meth:`put_tensor` with replica options (preferred segments, if any, one per replica)."""
+        return self._pub(OP_PUT, [key], [tensor], config)[0]
+
+    def upsert_pub_tensor(self, key: str, tensor: Any, config: ReplicateConfig = _D) -> int:
+        """:meth:`upsert_tensor` with replica options."""
+        return self._pub(OP_UPSERT, [key], [tensor], config)[0]
+
+    def batch_put_tensor(self, keys: list[str], tensors_list: list[Any]) -> list[int]:
+        """Per-key codes of storing tensors."""
+        return store_tensors.put_tensors(self._x, OP_PUT, _keys(keys), tensors_list, None)
+
+    def batch_upsert_tensor(self, keys: list[str], tensors_list: list[Any]) -> list[int]:
+        """As :meth:`batch_put_tensor`, replacing existing values."""
+        return store_tensors.put_tensors(self._x, OP_UPSERT, _keys(keys), tensors_list, None)
+
+    def batch_pub_tensor(
+        self, keys: list[str], tensors_list: list[Any], config: ReplicateConfig = _D
+    ) -> list[int]:
+        """:meth:`batch_put_tensor` with replica options."""
+        return self._pub(OP_PUT, _keys(keys), tensors_list, config)
+
+    def batch_upsert_pub_tensor(
+        self, keys: list[str], tensors_list: list[Any], config: ReplicateConfig = _D
+    ) -> list[int]:
+        """:meth:`batch_upsert_tensor` with replica options."""
+        return self._pub(OP_UPSERT, _keys(keys), tensors_list, config)
+
+    def _pub(self, op: int, keys: list[Any], tensors: Sequence[Any], config: Any) -> list[int]:
+        if store_tensors.replica_config_refused(config):
+            return [-600] * len(keys)
+        return store_tensors.put_tensors(
+            self._x, op, keys, tensors, None if config is _D else config
+        )
+
+    def get_tensor(self, key: str) -> Any:
+        """The tensor stored under ``key``, or None."""
+        return store_tensors.get_tensors(self._x, [key])[0]
+
+    def batch_get_tensor(self, keys: list[str]) -> list[Any]:
+        """The tensors stored under ``keys`` (None where none)."""
+        return store_tensors.get_tensors(self._x, _keys(keys))
+
+    def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
+        """Read ``key``'s value into the buffer and return a tensor over it, or None."""
+        n = self._x.get_into(key, buffer_ptr, size) if buffer_ptr else -600
+        return store_tensors.tensor_at(buffer_ptr, n) if n >= 0 else None
+
+    def batch_get_tensor_into(
+        self, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
+    ) -> list[Any]:
+        """:meth:`get_tensor_into` per key (a list of -600 for buffers that do not pair up)."""
+        return store_tensors.get_tensors_into(self._x, _keys(keys), buffer_ptrs, sizes)
+
+    def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Store a buffer that already holds a tensor in Mooncake's format (checked)."""
+        return store_tensors.put_tensor_from(self._x, OP_PUT, key, buffer_ptr, size)
+
+    def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """As :meth:`put_tensor_from`, replacing an existing value."""
+        return store_tensors.put_tensor_from(self._x, OP_UPSERT, key, buffer_ptr, size)
+
+    def batch_put_tensor_from(
+        self, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
+    ) -> list[int]:
+        """:meth:`put_tensor_from` per key (any bad buffer fails them all, as Mooncake's)."""
+        return store_tensors.put_tensors_from(self._x, OP_PUT, _keys(keys), buffer_ptrs, sizes)
+
+    def batch_upsert_tensor_from(
+        self, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
+    ) -> list[int]:
+        """As :meth:`batch_put_tensor_from`, replacing existing values."""
+        return store_tensors.put_tensors_from(self._x, OP_UPSERT, _keys(keys), buffer_ptrs, sizes)
+
+    def get_tensor_with_tp(
+        self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> Any:
+        """The tensor, or with ``tp_size`` > 1 the shard stored as ``{key}_tp_{tp_rank}``."""
+        return self.get_tensor(key if tp_size <= 1 else f"{key}_tp_{tp_rank}")
+
+    def batch_get_tensor_with_tp(
+        self, base_keys: list[str], tp_rank: int = 0, tp_size: int = 1
+    ) -> list[Any]:
+        """:meth:`get_tensor_with_tp` per key."""
+        keys = _keys(base_keys)
+        return self.batch_get_tensor(keys if tp_size <= 1 else [f"{k}_tp_{tp_rank}" for k in keys])
+
+    def get_tensor_with_tp_into(
+        self,
+        key: str,
+        buffer_ptr: int,
+        size: int,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> Any:
+        """:meth:`get_tensor_into` of the shard ``{key}_tp_{tp_rank}`` (the key itself when
+        ``tp_size`` <= 1)."""
+        return self.get_tensor_into(
+            key if tp_size <= 1 else f"{key}_tp_{tp_rank}", buffer_ptr, size
+        )
+
+    def batch_get_tensor_with_tp_into(
+        self,
+        base_keys: list[str],
+        buffer_ptrs: list[int],
+        sizes: list[int],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+    ) -> list[Any]:
+        """:meth:`batch_get_tensor_into` of the shards ``{key}_tp_{tp_rank}``."""
+        keys = _keys(base_keys)
+        keys = keys if tp_size <= 1 else [f"{k}_tp_{tp_rank}" for k in keys]
+        return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
+
+
+for _name, _nearest in UNSUPPORTED.items():
+    setattr(MooncakeDistributedStore, _name, unsupported(_name, _nearest))
+del _name, _nearest
