@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import click
 
+from mooncake_cffi.sizes import human_bytes
+
 from .app import admin_command, keys_from_option
-from .context import Settings, pass_settings
 from .errors import EXIT_ERROR, EXIT_NOT_FOUND
-from .keys import gather_keys, human_bytes, key_bytes, show_key, wire_key, write_stdout
+from .keys import gather_keys, key_bytes, show_key, unusable, wire_key
+from .output import write_stdout
+from .settings import Settings, pass_settings
 
 #: Bytes of output gathered before one write to standard output.
 _OUT_CHUNK = 64 * 1024
@@ -128,7 +131,10 @@ def ls(settings: Settings, prefix: str, long_: bool, limit: int | None) -> None:
 # -- info ----------------------------------------------------------------------------------
 
 
-@admin_command(json_help="Print {KEY: {status: found|missing, size, replicas: [...]}} as JSON.")
+@admin_command(
+    json_help="Print {KEY: {status: found|missing|error, size, replicas: [...]}} as JSON "
+    "(error: a key that cannot be asked about, with why)."
+)
 @click.argument("keys", nargs=-1, metavar="KEY...")
 @keys_from_option
 @pass_settings
@@ -151,7 +157,8 @@ def info(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> No
         if key in unsendable:
             records[key] = {
                 "status": "error",
-                "error": "the admin API cannot carry this key (space, control byte or '&')",
+                "error": unusable(key)
+                or "the admin API cannot carry this key (space, control byte or '&')",
             }
             continue
         found = infos.get(wire[key])
@@ -160,7 +167,7 @@ def info(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> No
             continue
         replicas = []
         for r in found.replicas:
-            segment = segments.get(r.endpoint)
+            segment = segments.get(r.endpoint) if r.endpoint else None
             replicas.append(
                 {
                     "kind": r.kind,
@@ -259,7 +266,7 @@ def segments(settings: Settings) -> None:
     _print_table(rows)
 
 
-def _print_table(rows: list[tuple[str, ...]]) -> None:
+def _print_table(rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -1,9 +1,9 @@
 """The ``mcl2`` click group and what every command shares: library errors, signals and a
 closed output pipe turned into click errors with their exit statuses, the version option, and
 the decorators that give data commands their shared options.  Commands live in
-:mod:`.put_cmd` and :mod:`.data` (keys), :mod:`.admin_cmd` (the master's admin API),
-:mod:`.bench_cmd` (benchmark) and :mod:`.cluster_cmd` (the local cluster); :mod:`.main` is the
-console script.
+:mod:`.put_cmd` and :mod:`.data` (keys), :mod:`.admin_cmd` and :mod:`.doctor_cmd` (the
+master's admin API), :mod:`.bench_cmd` (benchmark), :mod:`.cluster_cmd` (the local cluster),
+:mod:`.shell` and :mod:`.completion_cmd`; :mod:`.main` is the console script.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _silence_stdout(ctx: click.Context) -> None:
 
 
 def _settings_class() -> type:
-    from .context import Settings
+    from .settings import Settings
 
     return Settings
 
@@ -132,6 +132,10 @@ def cli() -> None:
     \b
     Exit status: 0 success, 1 error, 2 usage error, 3 a key was not found,
     130/143 interrupted by SIGINT/SIGTERM, 141 standard output closed early.
+
+    \b
+    Shell completion: eval "$(mcl2 completion bash)" (or zsh, fish).
+    Also run as: python -m mooncake_cffi.cli.
     See `man mcl2` for details and examples.
     """
 

@@ -18,13 +18,15 @@ from typing import Any
 
 import click
 
+from mooncake_cffi.sizes import human_bytes
+
 from .app import admin_command
 from .bench_run import CLEANUP_BATCH, OpResult, Runner, cleanup, warm_up
-from .context import Settings, pass_settings
 from .errors import CliError, Interrupted
 from .interrupts import describe, exit_status, held_signals
-from .keys import Progress, human_bytes, stderr_is_terminal
 from .options import SIZE
+from .output import Progress, stderr_is_terminal
+from .settings import Settings, pass_settings
 
 OPS = ("put", "get", "exists")
 #: The warm-up's values are at least this big, WARMUP_BATCH per call.
@@ -34,20 +36,6 @@ WARMUP_BATCH = 16
 WARMUP_MAX_BYTES = 256 << 20
 #: Untimed calls each worker makes before a timed get / exists pass.
 WARMUP_CALLS = 2
-
-
-class BenchSize(click.ParamType):
-    """A value size: ``4096``, ``4KB``, ``64KiB``, ``1 MB`` (K/M/G = powers of 1024)."""
-
-    name = "size"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        text = str(value).strip()
-        if text.lower().endswith("ib"):
-            text = text[:-2] + "B"
-        return SIZE.convert(text, param, ctx)
 
 
 def _parse_ops(value: str) -> list[str]:
@@ -83,7 +71,7 @@ def _parse_ops(value: str) -> list[str]:
 )
 @click.option(
     "--size",
-    type=BenchSize(),
+    type=SIZE,
     default="4KB",
     show_default=True,
     metavar="SIZE",

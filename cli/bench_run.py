@@ -17,7 +17,7 @@ from typing import Any
 from mooncake_cffi.status import OBJECT_NOT_FOUND
 
 from .interrupts import held_signals
-from .keys import Progress
+from .output import Progress
 
 #: Keys per remove batch during cleanup.
 CLEANUP_BATCH = 1024
@@ -111,7 +111,7 @@ class Runner:
         def exists(keys: list[bytes]) -> list[bool]:
             if len(keys) == 1:
                 return [client.exists(keys[0], timeout=None)]
-            return client.batch_exists(keys, timeout=None)
+            return list(client.batch_exists(keys, timeout=None))
 
         return {"put": put, "get": get, "exists": exists}[op]
 

@@ -1,27 +1,30 @@
-"""mcl2's ``cluster`` group: ``up``, ``down`` and ``status`` of a local cluster on 127.0.0.1.
+"""mcl2's ``cluster`` group: ``up``, ``down``, ``status``, ``restart`` and ``kill`` of a local
+cluster on 127.0.0.1.
 
 ``up`` takes the cluster's shape: storage nodes (each with its own segment size), HA masters on
-a private etcd, and the metadata server.
+a private etcd, and the metadata server.  A cluster with a process down still serves while a
+master leads and a storage node runs (see :mod:`.resolve`): ``status`` shows what is down,
+``restart`` brings it back, and ``kill`` crashes one process for a fault drill.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from mooncake_cffi.sizes import human_bytes
+
 from .app import CONTEXT_SETTINGS, cli, load_local, own_options_first
-from .context import Settings, pass_settings
-from .errors import (
-    EXIT_ERROR,
-    CliError,
-)
-from .keys import (
-    human_bytes,
-)
-from .options import output_options
+from .errors import EXIT_ERROR, CliError
+from .options import SIZE, Seconds, output_options
 from .options import state_dir_option as _state_dir_option
+from .resolve import degraded_message, restart_hint
+from .settings import Settings, pass_settings
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 #: ``--metadata`` choices (mooncake_cffi.cluster.METADATA_MODES, without importing it here).
 METADATA_CHOICES = ("http", "master", "etcd", "p2p")
@@ -37,7 +40,9 @@ def cluster() -> None:
     a private etcd) and storage nodes from the installed Mooncake wheel, and
     records their ports, PIDs and logs in a private state directory;
     `status` reports every process, the leader, health, keys, memory and
-    segments; `down` stops exactly what `up` started.
+    segments; `down` stops exactly what `up` started. For fault drills,
+    `kill ROLE` crashes one process and `restart [ROLE...]` starts what is
+    down again, on its ports.
     """
 
 
@@ -51,13 +56,58 @@ def cluster_command(json_help: str | None = None) -> Callable[[Callable[..., Any
     return decorate
 
 
+def wait_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--wait SECONDS: how long to wait for ``what`` to answer."""
+    return click.option(
+        "--wait",
+        type=Seconds(min=1, max=3600),
+        default=60.0,
+        show_default=True,
+        metavar="SECONDS",
+        help=f"Give up if {what} does not answer within this long.",
+    )
+
+
+def _reject_timeout(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None:
+        raise click.BadParameter(
+            "--timeout is the deadline of each store operation (`mcl2 --timeout`); the wait "
+            "for the cluster to answer is --wait SECONDS",
+            ctx=ctx,
+            param_hint="'--timeout'",
+        )
+
+
+def mooncake_size(text: str) -> str:
+    """A size for Mooncake's flags: as given when Mooncake reads it so, else in bytes
+    (Mooncake reads ``512MiB`` as 0)."""
+    from mooncake_cffi.sizes import parse_size
+
+    size = SIZE.convert(text, None, None)
+    try:
+        if parse_size(text) == size:
+            return text
+    except ValueError:
+        pass
+    return str(size)
+
+
+def _segment_sizes(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    try:
+        return [mooncake_size(part.strip()) for part in value.split(",")]
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
+
+
 @cluster_command(json_help="Print the cluster's status as JSON.")
 @click.option(
     "--segment-size",
+    "segment_sizes",
     default="1 GB",
     show_default=True,
     metavar="SIZE[,SIZE...]",
-    help="Memory each storage node contributes: '1 GB', '512MB', bytes (K/M/G/T = 1024^n); "
+    callback=_segment_sizes,
+    help="Memory each storage node contributes: '1 GB', '512MiB', '4096' (K/M/G/T = 1024^n); "
     "a comma-separated list gives one size per node.",
 )
 @click.option(
@@ -91,47 +141,42 @@ def cluster_command(json_help: str | None = None) -> Callable[[Callable[..., Any
     help="How long the masters keep the segments of a silent client or node (Mooncake's "
     "default: 10).",
 )
+@wait_option("the cluster")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
-    default=60.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Give up if the cluster does not answer within this long.",
+    "_timeout",
+    hidden=True,
+    expose_value=False,
+    callback=_reject_timeout,
+    help="Refused: the wait is --wait.",
 )
 @pass_settings
 def up(
     settings: Settings,
-    segment_size: str,
+    segment_sizes: list[str],
     storage_nodes: int | None,
     ha: bool,
     masters: int | None,
     metadata: str,
     client_ttl: int | None,
-    timeout: float,
+    wait: float,
 ) -> None:
-    """Start a local cluster (or say that one is running) and wait until it answers."""
+    """Start a local cluster (or say that one is running) and wait until it answers.
+
+    A cluster already running with a process down is used as it is while it
+    can serve (`mcl2 cluster restart` brings the process back).
+    """
     from mooncake_cffi.cluster import LocalCluster
 
     state_dir = settings.resolved_state_dir
     previous = load_local(settings)
-    if previous is not None and previous.is_running():
-        if settings.json:
-            settings.emit_json({"started": False, **previous.status()})
-        elif not settings.quiet:
-            click.echo(f"a local cluster is already running in {state_dir}")
-            _print_addresses(previous)
-        return
     if previous is not None and previous.any_alive():
-        raise CliError(
-            f"part of a local cluster is still running in {state_dir} (pids {previous.pids}); "
-            "run `mcl2 cluster down` first"
-        )
-    sizes = [part.strip() for part in segment_size.split(",")]
+        _already_running(settings, previous)
+        return
     try:
         local = LocalCluster(
             state_dir,
-            sizes,
+            segment_sizes,
             storage_nodes=storage_nodes,
             ha=ha,
             masters=masters,
@@ -142,11 +187,31 @@ def up(
         hint = "'--segment-size'" if "size" in str(exc) else None
         raise click.BadParameter(str(exc), param_hint=hint) from None
     settings.debug(f"starting a local cluster in {state_dir}")
-    local.start(timeout=timeout)
+    local.start(timeout=wait)
     if settings.json:
         settings.emit_json({"started": True, **local.status()})
     elif not settings.quiet:
         click.echo(f"local cluster up in {state_dir}")
+        _print_addresses(local)
+
+
+def _already_running(settings: Settings, local: Any) -> None:
+    """``up`` with a cluster already there: say so when it can serve, refuse otherwise."""
+    state_dir = settings.resolved_state_dir
+    gone = local.down()
+    problem = local.serving_problem()
+    if problem is not None:
+        raise CliError(
+            f"part of a local cluster is still running in {state_dir} ({', '.join(gone)} "
+            f"down) and it cannot serve: {problem}; {restart_hint(gone)}, or "
+            "`mcl2 cluster down` stops the rest"
+        )
+    if gone:
+        settings.warn(degraded_message(gone))
+    if settings.json:
+        settings.emit_json({"started": False, **local.status()})
+    elif not settings.quiet:
+        click.echo(f"a local cluster is already running in {state_dir}")
         _print_addresses(local)
 
 
@@ -160,10 +225,15 @@ def _print_addresses(local: Any) -> None:
         ("admin", local.metrics_url),
     ]
     for role, size in zip(local.storage_roles, local.segment_sizes, strict=True):
-        rows.append((role, f"pid {local.pids.get(role)}, segment {size}"))
+        rows.append((role, f"pid {local.pids.get(role)}, segment {_shown_size(size)}"))
     rows.append(("logs", str(local.state_dir)))
     for name, value in rows:
         click.echo(f"  {name:<9} {value}")
+
+
+def _shown_size(size: str) -> str:
+    """``1 GB`` as given, ``67108864`` (from ``64MiB``) as ``64.0 MiB``."""
+    return human_bytes(int(size)) if size.isdigit() else size
 
 
 @cluster_command(json_help="Print what was stopped as JSON.")
@@ -206,7 +276,9 @@ def down(settings: Settings) -> None:
 def status(settings: Settings) -> None:
     """Show every process, the leader, health, keys, memory and segments.
 
-    Exits with status 0 when it is running and healthy, 1 otherwise.
+    A process that is down is shown DOWN, with whether the cluster still
+    serves. Exits with status 0 when every process runs and the cluster is
+    healthy, 1 otherwise.
     """
     state_dir = settings.resolved_state_dir
     local = load_local(settings)
@@ -225,7 +297,13 @@ def status(settings: Settings) -> None:
 
 
 def _print_status(info: dict[str, Any]) -> None:
-    state = "running" if info["running"] else "NOT running"
+    down = info.get("down") or []
+    if info["running"]:
+        state = "running"
+    elif info.get("serving"):
+        state = f"degraded ({', '.join(down)} down) but serving"
+    else:
+        state = "NOT serving" if info.get("processes") else "NOT running"
     health = "healthy" if info["healthy"] else "unhealthy"
     click.echo(f"local cluster in {info['state_dir']}: {state}, {health}")
     procs = info.get("processes") or {}
@@ -266,6 +344,110 @@ def _print_status(info: dict[str, Any]) -> None:
         click.echo(f"  {name:<9} {value}")
     for error in info.get("errors") or []:
         click.echo(f"  problem   {error}")
+    if info.get("serving_problem"):
+        click.echo(f"  problem   it cannot serve: {info['serving_problem']}")
+    if down:
+        click.echo(f"  fix       {restart_hint(down)}")
+
+
+# -- restart and kill -----------------------------------------------------------------------
+
+
+def _local_or_fail(settings: Settings) -> Any:
+    local = load_local(settings)
+    if local is None:
+        raise CliError(f"no local cluster in {settings.resolved_state_dir} (run `mcl2 cluster up`)")
+    return local
+
+
+def complete_role(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Shell completion of ROLE: the roles of the local cluster in the state directory."""
+    from click.shell_completion import CompletionItem
+
+    try:
+        settings = ctx.find_object(Settings) or Settings()
+        local = load_local(settings)
+    except Exception:  # completing must never fail loudly
+        return []
+    roles = list(local.pids) if local is not None else []
+    return [CompletionItem(role) for role in roles if role.startswith(incomplete)]
+
+
+def _check_roles(local: Any, roles: tuple[str, ...], param: str) -> list[str]:
+    """The roles given, in the cluster's start order; BadParameter naming an unknown one."""
+    known = list(local.pids)
+    for role in roles:
+        if role not in known:
+            raise click.BadParameter(
+                f"the local cluster has no {role!r}: its roles are {', '.join(known)}",
+                param_hint=param,
+            )
+    return [role for role in known if role in roles]
+
+
+@cluster_command(json_help="Print {restarted, already_running, pids} as JSON.")
+@click.argument("roles", nargs=-1, metavar="[ROLE...]", shell_complete=complete_role)
+@wait_option("a restarted process")
+@pass_settings
+def restart(settings: Settings, roles: tuple[str, ...], wait: float) -> None:
+    """Start processes of the local cluster again, after they crashed or were
+    killed: with no ROLE, every process that is down.
+
+    \b
+    mcl2 cluster restart             whatever is down
+    mcl2 cluster restart storage1    that storage node
+    mcl2 cluster restart master      a master (HA: it rejoins as a standby)
+
+    ROLE is as in `mcl2 cluster status`: etcd, metadata, master, master1...,
+    storage, storage1.... Each runs with the command line it had, on the
+    same ports, and is waited for as `cluster up` waits. A restarted storage
+    node comes back empty (the keys it held are gone); a restarted non-HA
+    master forgets every key. A process that is running is left alone.
+    """
+    local = _local_or_fail(settings)
+    targets = _check_roles(local, roles, "ROLE") if roles else local.down()
+    running = [role for role in targets if local.alive(role)]
+    restarted: list[str] = []
+    for role in targets:
+        if role in running:
+            settings.info(f"{role} is running (pid {local.pids.get(role)}): left alone")
+            continue
+        settings.debug(f"restarting {role}")
+        local.restart(role, timeout=wait)
+        restarted.append(role)
+        settings.info(f"restarted {role} (pid {local.pids.get(role)})")
+    if not targets:
+        settings.info(f"nothing is down in the local cluster in {settings.resolved_state_dir}")
+    if settings.json:
+        settings.emit_json({"restarted": restarted, "already_running": running, "pids": local.pids})
+
+
+@cluster_command(json_help="Print {killed, pid} as JSON.")
+@click.argument("role", metavar="ROLE", shell_complete=complete_role)
+@pass_settings
+def kill(settings: Settings, role: str) -> None:
+    """Crash one process of the local cluster (SIGKILL), for a fault drill.
+
+    \b
+    mcl2 cluster kill storage1       one of several storage nodes
+    mcl2 cluster kill master         the leader (HA: a standby takes over)
+
+    mcl2 keeps using the cluster while it can serve, and warns which process
+    is down; `mcl2 cluster restart ROLE` brings it back. Only a process that
+    `cluster up` started is signalled.
+    """
+    local = _local_or_fail(settings)
+    (role,) = _check_roles(local, (role,), "ROLE")
+    pid = local.pids.get(role)
+    if not local.alive(role):
+        raise CliError(f"{role} is not running: nothing to kill")
+    local.kill(role)
+    if settings.json:
+        settings.emit_json({"killed": role, "pid": pid})
+    else:
+        settings.info(f"killed {role} (pid {pid})")
 
 
 def _or_unknown(value: Any) -> str:

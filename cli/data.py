@@ -13,29 +13,18 @@ from pathlib import Path
 
 import click
 
+from mooncake_cffi.sizes import human_bytes
 from mooncake_cffi.status import OBJECT_HAS_LEASE, OBJECT_NOT_FOUND
 
 from .app import key_command, keys_from_option
-from .context import Settings, pass_settings
-from .errors import EXIT_NOT_FOUND, Interrupted, KeyNotFound
+from .batches import CHUNK_KEYS, chunks
+from .errors import EXIT_ERROR, EXIT_NOT_FOUND, Interrupted, KeyNotFound
+from .files import file_name_for, write_file
 from .interrupts import describe, exit_status, held_signals
-from .keys import (
-    CHUNK_KEYS,
-    STDIN,
-    Progress,
-    chunks,
-    file_name_for,
-    gather_keys,
-    human_bytes,
-    key_bytes,
-    plural,
-    wants_progress,
-    wire_key,
-    wire_keys,
-    write_file,
-    write_stdout,
-)
+from .keys import STDIN, gather_keys, key_bytes, split_usable, wire_key, wire_keys
+from .output import Progress, plural, require_stdout, wants_progress, write_stdout
 from .report import KeyReport
+from .settings import Settings, pass_settings
 
 LEASE_MESSAGE = (
     "has a read lease (OBJECT_HAS_LEASE): it was read in the last ~10 s; retry later or use --force"
@@ -85,6 +74,8 @@ def get(
     if settings.json and output in (None, STDIN) and directory is None:
         raise click.UsageError("--json needs -o FILE or -d DIR (the value would go to stdout)")
     if directory is None:
+        if output in (None, STDIN):
+            require_stdout()
         _get_one(settings, all_keys[0], output)
     else:
         _get_many(settings, all_keys, directory)
@@ -105,17 +96,19 @@ def _get_one(settings: Settings, key: str, output: str | None) -> None:
         settings.emit_json({key: {"status": "written", "bytes": len(value), "path": output}})
 
 
-def _get_many(settings: Settings, keys: list[str], directory: Path) -> None:
+def _get_many(settings: Settings, given: list[str], directory: Path) -> None:
+    report = KeyReport(settings)
+    keys = report.usable(given)
     names = [file_name_for(k) for k in keys]
     directory.mkdir(parents=True, exist_ok=True)
-    transfer = settings.transfer()
-    report = KeyReport(settings)
+    transfer = settings.transfer() if keys else None
     written = written_bytes = 0
     with Progress(
         wants_progress(len(keys)) and not settings.quiet and not settings.json, len(keys), "get"
     ) as progress:
         for start in range(0, len(keys), CHUNK_KEYS):
             batch = keys[start : start + CHUNK_KEYS]
+            assert transfer is not None
             values = transfer.get(wire_keys(batch))
             for key, name, value in zip(
                 batch, names[start : start + CHUNK_KEYS], values, strict=True
@@ -133,11 +126,13 @@ def _get_many(settings: Settings, keys: list[str], directory: Path) -> None:
             progress.advance(len(batch))
     report.flush_problems()
     summary = (
-        f"wrote {written} of {plural(len(keys), 'key')} to {directory} "
+        f"wrote {written} of {plural(len(given), 'key')} to {directory} "
         f"({human_bytes(written_bytes)})"
     )
     if report.missing:
         summary += f", {report.missing} not found"
+    if report.failed:
+        summary += f", {report.failed} failed"
     settings.info(summary)
     report.finish()
 
@@ -145,7 +140,10 @@ def _get_many(settings: Settings, keys: list[str], directory: Path) -> None:
 # -- exists ------------------------------------------------------------------------------
 
 
-@key_command(json_help="Print {KEY: true|false} as JSON.")
+@key_command(
+    json_help="Print {KEY: true|false} as JSON ({status: error, error} for a key that "
+    "cannot be sent)."
+)
 @click.argument("keys", nargs=-1, metavar="KEY...")
 @keys_from_option
 @pass_settings
@@ -156,20 +154,24 @@ def exists(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> 
     nothing is printed: test the status). Checking a key renews its read lease.
     """
     all_keys = gather_keys(keys, keys_from)
-    client = settings.client()
+    usable, refused = split_usable(all_keys)
     found: dict[str, bool] = {}
-    with Progress(
-        wants_progress(len(all_keys)) and not settings.quiet and not settings.json,
-        len(all_keys),
-        "exists",
-    ) as progress:
-        for batch in chunks(all_keys, 4 * CHUNK_KEYS):
-            results = client.batch_exists(wire_keys(batch))
-            for key, present in zip(batch, results, strict=True):
-                found[key] = present
-            progress.advance(len(batch))
+    if usable:
+        client = settings.client()
+        with Progress(
+            wants_progress(len(usable)) and not settings.quiet and not settings.json,
+            len(usable),
+            "exists",
+        ) as progress:
+            for batch in chunks(usable, 4 * CHUNK_KEYS):
+                results = client.batch_exists(wire_keys(batch))
+                for key, present in zip(batch, results, strict=True):
+                    found[key] = present
+                progress.advance(len(batch))
     if settings.json:
-        settings.emit_json(found)
+        settings.emit_json(
+            {key: found[key] if key in found else _refused(refused, key) for key in all_keys}
+        )
     elif not settings.quiet:
         write_stdout(
             b"".join(
@@ -177,14 +179,16 @@ def exists(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> 
                 for key, present in found.items()
             )
         )
-    if not all(found.values()):
-        click.get_current_context().exit(EXIT_NOT_FOUND)
+    _leave(refused, missing=not all(found.values()))
 
 
 # -- stat --------------------------------------------------------------------------------
 
 
-@key_command(json_help="Print {KEY: SIZE|null} as JSON.")
+@key_command(
+    json_help="Print {KEY: SIZE|null} as JSON ({status: error, error} for a key that cannot "
+    "be sent)."
+)
 @click.argument("keys", nargs=-1, metavar="KEY...")
 @keys_from_option
 @pass_settings
@@ -194,10 +198,13 @@ def stat(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> No
     Exits with status 3 if any key is missing.
     """
     all_keys = gather_keys(keys, keys_from)
-    client = settings.client()
-    sizes = {key: client.size(wire_key(key)) for key in all_keys}
+    usable, refused = split_usable(all_keys)
+    client = settings.client() if usable else None
+    sizes = {key: client.size(wire_key(key)) for key in usable if client is not None}
     if settings.json:
-        settings.emit_json(sizes)
+        settings.emit_json(
+            {key: sizes[key] if key in sizes else _refused(refused, key) for key in all_keys}
+        )
     elif not settings.quiet:
         write_stdout(
             b"".join(
@@ -205,7 +212,21 @@ def stat(settings: Settings, keys: tuple[str, ...], keys_from: str | None) -> No
                 for key, size in sizes.items()
             )
         )
-    if any(size is None for size in sizes.values()):
+    _leave(refused, missing=any(size is None for size in sizes.values()))
+
+
+def _refused(refused: dict[str, str], key: str) -> dict[str, str]:
+    return {"status": "error", "error": refused[key]}
+
+
+def _leave(refused: dict[str, str], missing: bool) -> None:
+    """Name the keys not sent on stderr, and leave with status 1 (any refused) or 3 (a key
+    missing); return otherwise."""
+    for key, why in refused.items():
+        click.echo(f"{key!r}: {why}", err=True)
+    if refused:
+        click.get_current_context().exit(EXIT_ERROR)
+    if missing:
         click.get_current_context().exit(EXIT_NOT_FOUND)
 
 
@@ -239,8 +260,9 @@ def rm(
     absent and is not an error unless --strict.
     """
     all_keys = gather_keys(keys, keys_from)
-    client = settings.client()
     report = KeyReport(settings)
+    usable = report.usable(all_keys)
+    client = settings.client() if usable else None
     removed = absent = leased = 0
     signals = held_signals()
     try:
@@ -249,7 +271,8 @@ def rm(
             len(all_keys),
             "rm",
         ) as progress:
-            for batch in chunks(all_keys, 4 * CHUNK_KEYS):
+            for batch in chunks(usable, 4 * CHUNK_KEYS):
+                assert client is not None
                 with signals:
                     results = client.batch_remove(wire_keys(batch), force=force)
                 for key, status in zip(batch, results, strict=True):

@@ -1,8 +1,14 @@
 """``mcl2 doctor``: is this cluster usable?  Ordered checks, one line each.
 
-Each check says ``ok``, ``FAIL`` (and why) or ``skip`` (a check it needs failed).  When the
+Each check says ``ok``, ``warn`` (it works, but something needs attention: a process of the
+local cluster is down), ``FAIL`` (and why) or ``skip`` (a check it needs failed).  When the
 master's RPC port does not answer, every check that needs the network is skipped, so an
 unreachable master costs one connect timeout, never more.
+
+With HA masters (``--master etcd://...``) the master address is etcd's: the doctor checks
+each etcd endpoint, the leader etcd names (its RPC port), and each master (the local
+cluster's, all of them; elsewhere the leader, since standbys are recorded nowhere), then
+goes on as for a single master, with the leader's admin API (see :mod:`.ha`).
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from typing import Any
 
 import click
 
-from .app import admin_command
-from .context import Settings, pass_settings
-from .errors import EXIT_ERROR
-from .keys import human_bytes
+from mooncake_cffi.sizes import human_bytes
 
-OK, FAIL, SKIP = "ok", "FAIL", "skip"
+from .app import admin_command
+from .errors import EXIT_ERROR
+from .settings import Settings, pass_settings
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 
 #: Bytes of the temporary value the round trip stores.
 ROUND_TRIP_BYTES = 4096
@@ -35,6 +42,10 @@ _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class CheckFailed(Exception):
     """A check's reason to fail."""
+
+
+class CheckWarned(Exception):
+    """A check passed, with something that needs attention (the message)."""
 
 
 @dataclass
@@ -48,6 +59,30 @@ class Doctor:
     admin: Any = None
     segments: list[Any] = field(default_factory=list)
     client: Any = None
+    #: Why the client configuration could not be built (reported by the first check).
+    config_error: str | None = None
+    #: The local cluster, when the configuration came from it.
+    local: Any = None
+    #: The leading master's RPC address (HA: from etcd).
+    leader_addr: str = ""
+
+    @property
+    def ha(self) -> bool:
+        from .ha import is_etcd
+
+        return is_etcd(str(self.setup.get("master_server_addr", "")))
+
+    def configure(self) -> None:
+        """Build the client configuration once; the first check reports a failure."""
+        try:
+            self.setup = dict(self.settings.store_config().setup_config)
+        except click.ClickException as exc:
+            self.config_error = exc.format_message()
+            return
+        if self.settings.uses_local_cluster:
+            from .app import load_local
+
+            self.local = load_local(self.settings)
 
     def run(self, name: str, check: Callable[[], str], needs: tuple[str, ...] = ()) -> None:
         missing = [n for n in needs if n in self.failed]
@@ -58,13 +93,15 @@ class Doctor:
         try:
             detail = check()
             status = OK
+        except CheckWarned as exc:
+            status, detail = WARN, str(exc)
         except CheckFailed as exc:
             status, detail = FAIL, str(exc)
         except click.ClickException as exc:
             status, detail = FAIL, exc.format_message()
         except Exception as exc:  # a check must never end the doctor with a traceback
             status, detail = FAIL, f"{type(exc).__name__}: {exc}"
-        if status != OK:
+        if status not in (OK, WARN):
             self.failed.add(name)
         self._report(name, status, detail)
 
@@ -75,15 +112,107 @@ class Doctor:
 
     # -- the checks ------------------------------------------------------------------------
 
+    def _configured(self) -> None:
+        if self.config_error is not None:
+            raise CheckFailed(self.config_error)
+
     def master_rpc(self) -> str:
-        self.setup = dict(self.settings.store_config().setup_config)
+        self._configured()
         addr = self.setup.get("master_server_addr", "127.0.0.1:50051")
         _connect(addr, self.settings.connect_timeout, "the master's RPC port")
+        self.leader_addr = addr
         return f"{addr} accepts connections"
 
+    # -- HA masters on etcd ---------------------------------------------------------------
+
+    def etcd(self) -> str:
+        from .ha import HaError, endpoints, etcd_health
+
+        self._configured()
+        master = str(self.setup["master_server_addr"])
+        found = endpoints(master)
+        if not found:
+            raise CheckFailed(f"{master!r} names no etcd endpoint (etcd://HOST:PORT[;...])")
+        healthy, problems = [], []
+        for endpoint in found:
+            try:
+                etcd_health(endpoint, self.settings.connect_timeout)
+                healthy.append(endpoint)
+            except HaError as exc:
+                problems.append(str(exc))
+        if not healthy:
+            raise CheckFailed("; ".join(problems))
+        said = f"{len(healthy)} of {len(found)} endpoint{'s' if len(found) != 1 else ''} healthy"
+        if problems:
+            raise CheckWarned(f"{said} ({', '.join(healthy)}); {'; '.join(problems)}")
+        return f"{said} ({', '.join(healthy)})"
+
+    def leader(self) -> str:
+        from .ha import HaError, cluster_id_of, leader_address
+
+        cluster_id = cluster_id_of(self.setup)
+        master = str(self.setup["master_server_addr"])
+        try:
+            addr = leader_address(master, cluster_id, self.settings.connect_timeout)
+        except HaError as exc:
+            raise CheckFailed(str(exc)) from None
+        _connect(addr, self.settings.connect_timeout, "the leader's RPC port")
+        self.leader_addr = addr
+        return f"cluster id {cluster_id}: {addr} leads and accepts connections"
+
+    def masters(self) -> str:
+        """Each master of the local cluster (role from its /health); elsewhere the leader."""
+        if self.local is None:
+            return f"the leader {self.leader_addr or '?'} (standby masters are recorded nowhere)"
+        from mooncake_cffi.admin import AdminClient, AdminError
+
+        roles, down = [], []
+        for index, role in enumerate(self.local.master_roles):
+            if not self.local.alive(role):
+                down.append(role)
+                roles.append(f"{role} DOWN")
+                continue
+            url = self.local.master_metrics_url(index)
+            try:
+                health = AdminClient(url, timeout=self.settings.connect_timeout).health()
+                roles.append(f"{role} {health.get('role') or '?'}")
+            except AdminError:
+                roles.append(f"{role} not answering")
+        leaders = [r for r in roles if r.endswith(" leader")]
+        if not leaders:
+            raise CheckFailed(f"no master leads: {', '.join(roles)}")
+        if down:
+            from .resolve import restart_hint
+
+            raise CheckWarned(f"{', '.join(roles)}; {restart_hint(down)}")
+        return ", ".join(roles)
+
+    # -- the local cluster -----------------------------------------------------------------
+
+    def processes(self) -> str:
+        """Every process of the local cluster runs; warn when one is down but it serves."""
+        from .resolve import restart_hint
+
+        local = self.local
+        gone = local.down()
+        if not gone:
+            return f"{len(local.pids)} processes running ({', '.join(local.pids)})"
+        problem = local.serving_problem()
+        said = f"{', '.join(gone)} down; {restart_hint(gone)}"
+        if problem is not None:
+            raise CheckFailed(f"it cannot serve: {problem}; {said}")
+        raise CheckWarned(f"it serves, with {said}")
+
     def admin_api(self) -> str:
+        from mooncake_cffi.admin import AdminError
+
         self.admin = self.settings.admin_client()
-        health = self.admin.health()
+        try:
+            health = self.admin.health()
+        except AdminError as exc:
+            guessed = self.settings.admin is None and self.local is None
+            hint = " (a guess: give --admin http://HOST:PORT, the master's -metrics_port)"
+            raise CheckFailed(f"{exc}{hint if guessed else ''}") from None
         status = health.get("status")
         if health.get("http_status") != 200 or status != "ok":
             raise CheckFailed(f"{self.admin.url}/health says {status!r}")
@@ -172,13 +301,13 @@ class Doctor:
 
     def versions(self) -> str:
         import mooncake_cffi
-        from mooncake_cffi._binding import ABI_VERSION, ffi, lib
 
-        shim = ffi.string(lib.mcs_version_string()).decode()
-        if shim != mooncake_cffi.__version__ or lib.mcs_abi_version() != ABI_VERSION:
+        shim, abi = mooncake_cffi.shim_version(), mooncake_cffi.shim_abi_version()
+        if shim != mooncake_cffi.__version__ or abi != mooncake_cffi.ABI_VERSION:
             raise CheckFailed(
-                f"the shim is {shim} (ABI {lib.mcs_abi_version()}), the package "
-                f"{mooncake_cffi.__version__} (ABI {ABI_VERSION}): reinstall mooncake-cffi"
+                f"the shim is {shim} (ABI {abi}), the package "
+                f"{mooncake_cffi.__version__} (ABI {mooncake_cffi.ABI_VERSION}): "
+                "reinstall mooncake-cffi"
             )
         from mooncake_cffi import wheel
 
@@ -207,7 +336,7 @@ def _connect(addr: str, timeout: float, what: str) -> None:
 
 
 def _metadata_prefix() -> str:
-    from mooncake_cffi._metadata import key_prefix
+    from mooncake_cffi.metadata import key_prefix
 
     return key_prefix()
 
@@ -217,7 +346,7 @@ def _metadata_has(meta: str, key: str, doctor: Doctor) -> bool:
     try:
         with _HTTP.open(url, timeout=doctor.settings.connect_timeout) as response:
             response.read()
-            return response.status == 200
+            return bool(response.status == 200)
     except OSError:
         return False
 
@@ -247,30 +376,51 @@ def _remove_quietly(client: Any, key: str) -> bool:
 @admin_command(json_help="Print {ok, checks: [{check, status, detail}]} as JSON.")
 @pass_settings
 def doctor(settings: Settings) -> None:
-    """Check, in order, that the cluster works; one line per check (ok, FAIL
-    and why, or skip when a check it needs failed):
+    """Check, in order, that the cluster works; one line per check (ok, warn
+    when it works but needs attention, FAIL and why, or skip when a check it
+    needs failed):
 
     \b
       master RPC        the master's RPC port accepts connections
-      admin API         /health on the admin port says ok
+    or, with HA masters (--master etcd://...):
+      etcd              each etcd endpoint says it is healthy
+      leader            etcd names a leader for the cluster id; its RPC port
+                        accepts connections
+      masters           each master's role (the local cluster's; else the
+                        leader: standbys are recorded nowhere)
+    then:
+      local cluster     every process of the local cluster runs (warn: one
+                        is down but it serves; `mcl2 cluster restart`)
+      admin API         /health on the (leader's) admin port says ok
       metadata server   it answers, and knows every mounted segment
       segments          at least one storage segment is mounted, all OK
       client setup      a Mooncake client can be set up
       round trip        put / get / exists / rm of a temporary key (removed)
       versions          shim and Mooncake wheel match what the package expects
 
-    Exits with status 0 when every check passes, 1 otherwise. An unreachable
+    The local cluster check runs only for the local cluster. Exits with
+    status 0 when every check passes (ok or warn), 1 otherwise. An unreachable
     master fails within --connect-timeout. A storage node that died shows as
     a failed round trip (TRANSFER_FAIL) until the master drops its segment,
     about 10 s later; then `segments` fails.
     """
     settings.accept_broken_local = True  # a half-dead local cluster is what to diagnose
     d = Doctor(settings)
-    d.run("master RPC", d.master_rpc)
-    d.run("admin API", d.admin_api, needs=("master RPC",))
-    d.run("metadata server", d.metadata_server, needs=("master RPC",))
+    d.configure()
+    if d.ha:
+        d.run("etcd", d.etcd)
+        d.run("leader", d.leader, needs=("etcd",))
+        d.run("masters", d.masters, needs=("etcd",) if d.local is not None else ("leader",))
+        rpc = "leader"
+    else:
+        d.run("master RPC", d.master_rpc)
+        rpc = "master RPC"
+    if d.local is not None:
+        d.run("local cluster", d.processes)
+    d.run("admin API", d.admin_api, needs=(rpc,))
+    d.run("metadata server", d.metadata_server, needs=(rpc,))
     d.run("segments", d.segments_mounted, needs=("admin API",))
-    d.run("client setup", d.client_setup, needs=("master RPC", "metadata server"))
+    d.run("client setup", d.client_setup, needs=(rpc, "metadata server"))
     d.run("round trip", d.round_trip, needs=("client setup",))
     d.run("versions", d.versions)
     ok = not d.failed

@@ -13,7 +13,8 @@ import click
 EXIT_OK = 0
 #: A failure: unreachable cluster, a Mooncake error, an unreadable file, a leased key...
 EXIT_ERROR = 1
-#: Bad usage: unknown option, missing argument, invalid option value (click's own code).
+#: Bad usage: unknown option, missing argument, invalid option value (click's own code), an
+#: unreadable input file, a standard stream that is needed but closed.
 EXIT_USAGE = 2
 #: A key asked for does not exist (get, exists, stat, info; rm with --strict).
 EXIT_NOT_FOUND = 3
@@ -49,7 +50,8 @@ class Interrupted(CliError):
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
-        self.exit_code = status
+        # click declares exit_code a ClassVar; the status here depends on the signal.
+        self.exit_code = status  # type: ignore[misc]
 
 
 class BrokenPipe(click.ClickException):
@@ -62,6 +64,13 @@ class BrokenPipe(click.ClickException):
 
     def show(self, file: object = None) -> None:
         """Print nothing: the reader is gone, and `cat | head` says nothing either."""
+
+
+class StreamUnusable(click.ClickException):
+    """Standard input or output is needed but closed (``<&-``, ``>&-``), or standard input
+    is the shell's: exit status 2, as for an unreadable input file."""
+
+    exit_code = EXIT_USAGE
 
 
 class KeyNotFound(click.ClickException):

@@ -1,6 +1,7 @@
 """mcl2: the admin command line for Mooncake Store (``put``, ``get``, ``exists``, ``rm``,
 ``stat``; ``ls``, ``info``, ``segments``, ``metrics``, ``doctor`` over the master's admin
-API; ``bench``; and ``cluster up|down|status`` for a local cluster on 127.0.0.1).
+API; ``bench``; ``shell``; ``completion``; and ``cluster up|down|status|restart|kill`` for a
+local cluster on 127.0.0.1).  ``python -m mooncake_cffi.cli`` runs it too (:mod:`.__main__`).
 
 Exit statuses: 0 success, 1 error, 2 usage, 3 a key not found, 130 / 143 after SIGINT /
 SIGTERM, 141 when standard output's reader went away (see :mod:`.errors`).
@@ -22,6 +23,7 @@ from . import (  # noqa: F401  (they register their commands on `cli`)
     admin_cmd,
     bench_cmd,
     cluster_cmd,
+    completion_cmd,
     data,
     doctor_cmd,
     interrupts,
@@ -29,8 +31,8 @@ from . import (  # noqa: F401  (they register their commands on `cli`)
     shell,
 )
 from .app import cli
-from .context import Settings
 from .errors import EXIT_ERROR, EXIT_OK
+from .settings import Settings
 
 __all__ = ["cli", "main"]
 
@@ -60,10 +62,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             stream.flush()
         except Exception:  # a closed pipe: nothing more can be said
             code = code or EXIT_ERROR
-    if "mooncake.store" in sys.modules:
-        # Mooncake was loaded: skip its atexit teardown (0.3-1 s), like close_for_exit did.
-        os._exit(code)
-    sys.exit(code)
+    # Always os._exit: the shim loads Mooncake's store.so itself, so its atexit teardown
+    # (0.3-1 s, and fatal for a client close_for_exit left behind) would run otherwise.
+    os._exit(code)
 
 
 def _exit_code(value: Any) -> int:

@@ -12,34 +12,27 @@ from __future__ import annotations
 
 import os
 import stat as stat_module
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from mooncake_cffi.sizes import human_bytes
 from mooncake_cffi.status import NO_AVAILABLE_HANDLE
 
 from .app import key_command, load_local
-from .context import Settings, pass_settings
+from .batches import byte_chunks
 from .errors import CliError, Interrupted
+from .files import iter_regular_files
 from .interrupts import describe, exit_status, held_signals
-from .keys import (
-    CHUNK_BYTES,
-    CHUNK_KEYS,
-    STDIN,
-    Progress,
-    human_bytes,
-    iter_regular_files,
-    plural,
-    read_lines,
-    split_pair,
-    wants_progress,
-    wire_key,
-    wire_keys,
-)
+from .keys import STDIN, read_lines, split_pair, wire_key, wire_keys
+from .output import Progress, binary_stdin, plural, require_stdin, stdin_is_terminal, wants_progress
 from .report import KeyReport
+from .settings import Settings, pass_settings
+
+if TYPE_CHECKING:
+    from mooncake_cffi import Client
 
 
 def _put_items(
@@ -58,7 +51,7 @@ def _put_items(
         if len(args) == 2:
             items.append((key, args[1]))
         else:
-            if sys.stdin is None or _stdin_is_terminal():
+            if stdin_is_terminal():
                 raise click.UsageError(
                     "no FILE given and stdin is a terminal: give FILE, or pipe the value in "
                     "(`-` reads stdin explicitly)"
@@ -89,17 +82,12 @@ def _put_items(
                 "each key once"
             )
         seen[key] = source
-    stdin_users = sum(1 for _, s in items if s == STDIN) + (1 if keys_from == STDIN else 0)
-    if stdin_users > 1:
+    stdin_users = [k for k, s in items if s == STDIN]
+    if len(stdin_users) + (1 if keys_from == STDIN else 0) > 1:
         raise click.UsageError("stdin (-) can be read only once")
+    if stdin_users:
+        require_stdin(f"the value of {stdin_users[0]!r}")
     return items
-
-
-def _stdin_is_terminal() -> bool:
-    try:
-        return sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _source_sizes(items: Sequence[tuple[str, str]]) -> list[int]:
@@ -133,25 +121,9 @@ def _source_sizes(items: Sequence[tuple[str, str]]) -> list[int]:
 
 def _read_source(source: str) -> bytes:
     if source == STDIN:
-        return sys.stdin.buffer.read()
+        return binary_stdin("the value").read()
     with open(source, "rb") as fh:
         return fh.read()
-
-
-def _byte_chunks(sizes: Sequence[int]) -> list[range]:
-    """Index ranges of at most CHUNK_KEYS items and about CHUNK_BYTES bytes each."""
-    out: list[range] = []
-    start = 0
-    total = 0
-    for i, size in enumerate(sizes):
-        size = max(size, 0)
-        if i > start and (i - start >= CHUNK_KEYS or total + size > CHUNK_BYTES):
-            out.append(range(start, i))
-            start, total = i, 0
-        total += size
-    if start < len(sizes):
-        out.append(range(start, len(sizes)))
-    return out
 
 
 @key_command(
@@ -206,9 +178,15 @@ def put(
     and kept, unless --overwrite replaces it.
     """
     items = _put_items(args, directory, prefix, keys_from)
-    sizes = _source_sizes(items)
     report = KeyReport(settings)
-    single = len(items) == 1
+    usable = set(report.usable([key for key, _ in items]))
+    items = [item for item in items if item[0] in usable]
+    if not items:  # every key was refused: nothing to send
+        report.finish()
+        return
+    total = len(items) + len(report.records)
+    sizes = _source_sizes(items)
+    single = total == 1
     stored_keys = stored_bytes = kept = 0
     known_bytes = sum(s for s in sizes if s > 0)
     signals = held_signals()
@@ -223,7 +201,7 @@ def put(
             len(items),
             "put",
         ) as progress:
-            for span in _byte_chunks(sizes):
+            for span in byte_chunks(sizes):
                 keys = [items[i][0] for i in span]
                 values = [_read_source(items[i][1]) for i in span]
                 for key, value in zip(keys, values, strict=True):
@@ -242,10 +220,10 @@ def put(
         report.flush_problems()
         if settings.json:
             settings.emit_json(report.records)
-        done = f"stored {stored_keys} of {plural(len(items), 'key')} ({human_bytes(stored_bytes)})"
+        done = f"stored {stored_keys} of {plural(total, 'key')} ({human_bytes(stored_bytes)})"
         if kept:
             done += f", {kept} existing kept"
-        rest = len(items) - len(report.records)
+        rest = total - len(report.records)
         raise Interrupted(
             f"{describe(exc)}: {done}; {rest} not sent" if rest else f"{describe(exc)}: {done}",
             exit_status(exc),
@@ -257,7 +235,7 @@ def put(
         report.flush_problems()
         if not single:
             summary = (
-                f"stored {stored_keys} of {plural(len(items), 'key')} ({human_bytes(stored_bytes)})"
+                f"stored {stored_keys} of {plural(total, 'key')} ({human_bytes(stored_bytes)})"
             )
             if kept:
                 summary += f", {kept} existing kept"
@@ -276,14 +254,11 @@ class _Replicated:
     one client.
     """
 
-    def __init__(self, client: Any, replicas: int) -> None:
-        from mooncake_cffi._lifecycle import default_replicate_config
-
+    def __init__(self, client: Client, replicas: int) -> None:
         self.client = client
         self.replicas = replicas
-        fields = dict(client.config.replicate_fields())
-        fields["replica_num"] = replicas
-        self.replicate_config = default_replicate_config(fields)
+        self.replicate_config = client.config.replicate_config()
+        self.replicate_config.replica_num = replicas
 
     def batch_put(self, keys: Any, values: Any, **options: Any) -> list[int]:
         return self.client.batch_put(

@@ -5,12 +5,14 @@ then prints them and leaves with exit status 1 (a failure) or 3 (a missing key).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from .context import Settings
 from .errors import EXIT_ERROR, EXIT_NOT_FOUND
+from .keys import split_usable
+from .settings import Settings
 
 #: Per-key problem lines printed before "... and N more" (--json lists them all).
 MAX_KEY_LINES = 50
@@ -35,6 +37,19 @@ class KeyReport:
             self.lines.append(line)
         else:
             self.extra_lines += 1
+
+    def usable(self, keys: Sequence[str]) -> list[str]:
+        """The keys that can be sent; each other one is recorded as an error, with why."""
+        usable, refused = split_usable(keys)
+        for key, why in refused.items():
+            self.refuse(key, why)
+        return usable
+
+    def refuse(self, key: str, why: str) -> None:
+        """A key not sent to Mooncake (``why``): an error record and a problem line."""
+        self.failed += 1
+        self.add(key, "error", error=why)
+        self.problem(f"{key!r}: {why}")
 
     def error(self, key: str, code: int, doing: str, detail: str = "") -> None:
         from mooncake_cffi import error_name

@@ -1,24 +1,28 @@
 """``mcl2 shell``: a small REPL running mcl2's commands with one client kept open.
 
 Each line is split like a shell would (``shlex``) and run as ``mcl2 LINE``, with the options
-given to ``mcl2 ... shell`` as the defaults; the Mooncake client is set up by the first
-command that needs one and kept until the shell ends, so later commands skip the setup.
-History is kept in the state directory (``shell_history``) when ``readline`` is available.
+given to ``mcl2 ... shell`` as the defaults (``--json`` too: every line then prints JSON); the
+Mooncake client is set up by the first command that needs one and kept until the shell ends
+(the lines share the shell's :class:`~.session.Session`), so later commands skip the setup.
+The shell's lines come from standard input, so no command inside it reads a value or keys
+from there.  History is kept in the state directory (``shell_history``) when ``readline`` is
+available.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from .app import CONTEXT_SETTINGS, cli
-from .context import Settings, pass_settings
 from .errors import EXIT_OK, EXIT_USAGE
+from .options import output_options
+from .output import stdin_is_terminal, stdin_taken
+from .settings import Settings, pass_settings
 
 HISTORY_FILE = "shell_history"
 HISTORY_LINES = 1000
@@ -48,9 +52,16 @@ def _save_history(readline: Any, path: Path) -> None:
         pass
 
 
+#: Why a command inside the shell cannot read standard input.
+STDIN_IS_THE_SHELLS = (
+    "inside mcl2 shell, standard input holds the shell's lines: give a FILE "
+    "(`put KEY FILE`, `--keys-from FILE`), or run the command outside the shell"
+)
+
+
 def run_line(shell: Settings, argv: list[str]) -> int:
-    """Run one line as ``mcl2 ARGV`` with the shell's client; its exit status."""
-    line = dataclasses.replace(shell, keep_client=True)
+    """Run one line as ``mcl2 ARGV`` with the shell's options and session; its exit status."""
+    line = dataclasses.replace(shell, keep_client=True)  # shares shell.session
     try:
         status = cli.main(args=argv, prog_name="mcl2", obj=line, standalone_mode=False)
     except click.exceptions.Abort:
@@ -64,21 +75,11 @@ def run_line(shell: Settings, argv: list[str]) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         status = 130
-    finally:
-        # The line may have set up the client: keep it for the next lines.
-        if line._client is not None and shell._client is None:
-            shell._client, shell._l1 = line._client, line._l1
     return status if isinstance(status, int) else EXIT_OK
 
 
-def _stdin_is_terminal() -> bool:
-    try:
-        return sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 @cli.command(context_settings=CONTEXT_SETTINGS)
+@output_options(json_help="Print every line's results as JSON (as if each line had --json).")
 @pass_settings
 def shell(settings: Settings) -> None:
     """Run mcl2 commands from a prompt, with one client kept open.
@@ -91,25 +92,34 @@ def shell(settings: Settings) -> None:
 
     Each line is a command line without the 'mcl2' (quoted as in a shell).
     Options given before 'shell' apply to every line; connection options on
-    a line do not change the client once it is set up. 'exit', 'quit' or
-    Ctrl-D leaves; 'help [COMMAND]' shows help. Values cannot come from
-    stdin inside the shell. The exit status is the last command's.
+    a line do not change the client once it is set up; --json, -q and -v
+    given before or after 'shell' apply to every line. 'exit', 'quit' or
+    Ctrl-D leaves; 'help [COMMAND]' shows help. Values and --keys-from
+    cannot come from stdin inside the shell (its lines come from there):
+    give a FILE. The exit status is the last command's.
     """
-    if settings.json:
-        raise click.UsageError("--json applies to each command: give it on the line")
     history_path = settings.resolved_state_dir / HISTORY_FILE
     readline = _setup_history(history_path)
     ctx = click.get_current_context()
     ctx.call_on_close(settings.close)
-    status = EXIT_OK
-    prompt = PROMPT if _stdin_is_terminal() else ""  # piped lines: clean output
+    prompt = PROMPT if stdin_is_terminal() else ""  # piped lines: clean output
     try:
+        status = _loop(settings, prompt)
+    finally:
+        _save_history(readline, history_path)
+    ctx.exit(status)
+
+
+def _loop(settings: Settings, prompt: str) -> int:
+    """Read and run lines until exit, quit or end of input; the last command's status."""
+    status = EXIT_OK
+    with stdin_taken(STDIN_IS_THE_SHELLS):
         while True:
             try:
                 text = input(prompt)
             except EOFError:
                 click.echo("", err=True)
-                break
+                return status
             except KeyboardInterrupt:
                 click.echo("", err=True)
                 continue
@@ -122,7 +132,7 @@ def shell(settings: Settings) -> None:
             if not argv:
                 continue
             if argv[0] in ("exit", "quit"):
-                break
+                return status
             if argv[0] == "shell":
                 click.echo("Error: already in the shell", err=True)
                 status = EXIT_USAGE
@@ -130,6 +140,3 @@ def shell(settings: Settings) -> None:
             if argv[0] == "help":
                 argv = [*argv[1:], "--help"]
             status = run_line(settings, argv)
-    finally:
-        _save_history(readline, history_path)
-    ctx.exit(status)

@@ -45,7 +45,7 @@ class Transfer:
     def staged(self) -> bool:
         return self.l1 is not None
 
-    def put(self, keys: Sequence[str], values: Sequence[bytes], overwrite: bool) -> list[int]:
+    def put(self, keys: Sequence[bytes], values: Sequence[bytes], overwrite: bool) -> list[int]:
         """Per-key status: 0 stored, 1 existed and kept (without ``overwrite``), < 0 error."""
         try:
             if overwrite:
@@ -54,10 +54,10 @@ class Transfer:
         except InvalidArgumentError as exc:
             raise self._too_large(exc) from None
 
-    def get(self, keys: Sequence[str]) -> list[bytes | None]:
+    def get(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """Values of the keys, None for a missing key."""
         try:
-            return self.client.batch_get(list(keys))
+            return list(self.client.batch_get(list(keys)))
         except InvalidArgumentError as exc:
             raise self._too_large(exc) from None
 
