@@ -4,18 +4,25 @@
 end); ``cluster_config`` is a client config for it.  ``make_cluster`` creates extra clusters
 for a single test and stops them afterwards, whatever the test did.  When a test that used a
 cluster fails, the last lines of the master's and the storage node's logs (with their paths)
-are added to its report.
+are added to its report.  For the mcl2 tests, ``run`` invokes mcl2 in-process against the
+session cluster and ``key`` is a fresh key prefix.
 """
 
 from __future__ import annotations
 
 import signal
+import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import clean_env
+from click.testing import CliRunner, Result
+from mooncake_cffi.cli import cli
 
+from mooncake_cffi import capi
+from mooncake_cffi.capi import ffi, lib
 from mooncake_cffi.cluster import LocalCluster
 
 # A suite started as a background job inherits SIGINT ignored, and so would every mcl2 it
@@ -100,3 +107,46 @@ def pytest_runtest_makereport(
                 report.sections.append(
                     (f"mooncake {role} log {path} (last {LOG_TAIL_LINES} lines)", _tail(path))
                 )
+
+
+# -- the mcl2 tests' in-process fixtures (their helpers are in cli_helpers.py) --------------
+
+
+@pytest.fixture
+def run(cluster: LocalCluster, tmp_path: Path):
+    """Invoke mcl2 in-process against the session cluster (through MCL2_* variables)."""
+    runner = CliRunner()
+    env = clean_env(
+        MCL2_MASTER=cluster.master_addr,
+        MCL2_METADATA_SERVER=cluster.metadata_server,
+        MCL2_STATE_DIR=str(tmp_path / "no-state"),
+    )
+
+    def invoke(*args: str, input: bytes | str | None = None, **extra_env: str) -> Result:
+        return runner.invoke(cli, list(args), input=input, env={**env, **extra_env})
+
+    return invoke
+
+
+@pytest.fixture
+def key() -> Iterator[str]:
+    """A fresh key prefix for one test."""
+    yield f"cli-{uuid.uuid4().hex[:12]}"
+
+
+# -- the C ABI tests' raw handle (their helpers are in capi_helpers.py) ----------------------
+
+
+@pytest.fixture
+def raw(cluster: LocalCluster) -> Iterator[Any]:
+    """A raw shim handle (``mcs_client *``) on the session cluster, freed afterwards."""
+    capi.ensure_mooncake_loaded()
+    cfg = cluster.client_config()
+    keys = [ffi.new("char[]", k.encode()) for k in cfg]
+    vals = [ffi.new("char[]", str(v).encode()) for v in cfg.values()]
+    out = ffi.new("mcs_client **")
+    rc = lib.mcs_client_create(out, keys, vals, len(cfg), ffi.NULL, 0)
+    assert rc == 0, capi.last_error()
+    handle = out[0]
+    yield handle
+    lib.mcs_client_free(handle)

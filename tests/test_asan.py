@@ -49,6 +49,8 @@ def test_integration_suite_under_address_sanitizer():
             "no:cacheprovider",
             str(REPO / "tests" / "test_client.py"),
             str(REPO / "tests" / "test_capi.py"),
+            str(REPO / "tests" / "test_capi_misuse.py"),
+            str(REPO / "tests" / "test_capi_calls.py"),
         ],
         cwd="/",  # keep the source tree off sys.path: test the installed package
         env=env | {"PYTHONPATH": ""},

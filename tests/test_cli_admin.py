@@ -294,6 +294,30 @@ def test_doctor_with_a_silent_master_fails_within_the_connect_timeout() -> None:
     assert elapsed < 8.0, result.stdout
 
 
+@needs_console
+def test_doctor_on_etcd_masters_checks_etcd_and_never_splits_the_address() -> None:
+    """An HA master address is etcd's: the doctor asks each endpoint, and says which."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    master = f"etcd://127.0.0.1:{port};127.0.0.1:{port + 1}"
+    started = time.monotonic()
+    result = console(
+        "--master", master, "--cluster-id", "c1", "--connect-timeout", "1", "doctor", env={}
+    )
+    assert time.monotonic() - started < 6.0
+    assert result.returncode == EXIT_ERROR
+    out = result.stdout.decode()
+    assert out.startswith(f"FAIL  etcd: etcd 127.0.0.1:{port}: Connection refused; ")
+    assert f"etcd 127.0.0.1:{port + 1}" in out
+    assert "skip  leader: needs: etcd" in out and "skip  round trip" in out
+    assert "Name or service not known" not in out and "master RPC" not in out
+    # The admin URL of an etcd:// master is its leader's: without etcd, a clear error.
+    ls = console("--master", master, "--cluster-id", "c1", "--connect-timeout", "1", "ls", env={})
+    assert ls.returncode == EXIT_ERROR
+    assert b"Connection refused" in ls.stderr and b"--admin URL" in ls.stderr
+
+
 def test_doctor_names_a_wrong_metadata_server(
     cluster: LocalCluster, make_cluster: Callable[..., LocalCluster]
 ) -> None:
@@ -329,7 +353,16 @@ def test_doctor_names_a_storage_node_that_is_down(
     # The master keeps the dead node's segment for ~10 s: the round trip fails meanwhile.
     failed = [name for name, c in checks.items() if c["status"] == "FAIL"]
     assert failed, checks
-    assert set(failed) <= {"master RPC", "segments", "client setup", "round trip"}, checks
+    assert set(failed) <= {
+        "master RPC",
+        "local cluster",
+        "segments",
+        "client setup",
+        "round trip",
+    }, checks
+    # The local cluster check names the dead node and the command that brings it back.
+    assert "storage down" in checks["local cluster"]["detail"]
+    assert "`mcl2 cluster restart storage`" in checks["local cluster"]["detail"]
     detail = " ".join(checks[name]["detail"] for name in failed)
     assert any(word in detail for word in ("storage node", "segment", "no local cluster"))
 
@@ -462,3 +495,30 @@ def test_shell_runs_lines_with_one_client(run, prefix: str, tmp_path: Path) -> N
     assert result.stderr.count("registered as") == 1  # one client for every line
     assert result.exit_code == EXIT_NOT_FOUND  # the last command: the key was removed
     assert "never-run" not in out
+
+
+def test_shell_refuses_values_from_its_own_stdin_and_says_what_to_do(run, prefix: str) -> None:
+    lines = [f"put {prefix}x -", f"put {prefix}y", f"exists --keys-from - {prefix}x"]
+    result = run("shell", input="\n".join(lines) + "\n")
+    assert "the value is empty" not in result.stderr
+    assert result.stderr.count("inside mcl2 shell, standard input holds the shell's lines") == 3
+    assert "give a FILE" in result.stderr
+    assert result.exit_code == EXIT_USAGE
+    assert run("exists", f"{prefix}x").exit_code == EXIT_NOT_FOUND  # nothing was stored
+
+
+def test_shell_takes_json_for_every_line(run, prefix: str, tmp_path: Path) -> None:
+    value = tmp_path / "v"
+    value.write_bytes(b"12345")
+    for where in (["--json", "shell"], ["shell", "--json"]):
+        lines = [f"put --overwrite {prefix}j {value}", f"stat {prefix}j"]
+        result = run(*where, input="\n".join(lines) + "\n")
+        assert result.exit_code == EXIT_OK, result.output
+        decoder = json.JSONDecoder()
+        text, docs = result.stdout.strip(), []
+        while text:
+            doc, end = decoder.raw_decode(text)
+            docs.append(doc)
+            text = text[end:].strip()
+        assert docs[0][f"{prefix}j"]["status"] == "stored"
+        assert docs[1] == {f"{prefix}j": 5}

@@ -1,34 +1,39 @@
-"""How mcl2 ends when things around it go wrong: a closed output pipe, keys that are not
-UTF-8, SIGINT and SIGTERM.  Most run the installed console script (its exit path is the one
-users meet); the put-under-SIGINT case runs in-process to land the signal inside the batch.
+"""How mcl2 ends when things around it go wrong: a closed output pipe (JSON too), a closed
+standard stream, keys that are not UTF-8 or hold a NUL byte, SIGINT and SIGTERM.  Most run
+the installed console script (its exit path is the one users meet); the put-under-SIGINT
+case runs in-process to land the signal inside the batch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
 import signal
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import MCL2, entry_status
 from click.testing import CliRunner
 from mooncake_cffi.cli import cli
-from mooncake_cffi.cli.errors import EXIT_BROKEN_PIPE, EXIT_NOT_FOUND, EXIT_OK
+from mooncake_cffi.cli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from mooncake_cffi.cli.interrupts import Terminated, held_signals
 
 from mooncake_cffi import Client
-from mooncake_cffi._metadata import client_keys, entry_url
 from mooncake_cffi.cluster import LocalCluster
+from mooncake_cffi.metadata import client_keys
 
-MCL2 = Path(sys.executable).with_name("mcl2")
 needs_console = pytest.mark.skipif(not MCL2.exists(), reason="mcl2 is not installed")
 
 
@@ -51,16 +56,6 @@ def env_for(cluster: LocalCluster) -> dict[str, str]:
         MCL2_ADMIN=cluster.metrics_url,
     )
     return env
-
-
-def entry_status(metadata_server: str, key: str) -> int:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(entry_url(metadata_server, key), timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return exc.code
 
 
 # -- a closed output pipe ------------------------------------------------------------------
@@ -97,6 +92,129 @@ def test_a_reader_that_goes_away_makes_the_exit_status_141(
             [key] if command == "get" else [f"{key}/{i:06d}-{'x' * 50}" for i in range(5000)],
             force=True,
         )
+
+
+@needs_console
+@pytest.mark.parametrize("command", ["exists", "stat"])
+def test_json_into_a_reader_that_goes_away_exits_141(
+    cluster: LocalCluster, key: str, command: str, tmp_path: Path
+) -> None:
+    """The JSON document goes through the same pipe-aware writer as every other result:
+    `mcl2 --json exists --keys-from f | head -c 1000` is not a success (it was exit 3)."""
+    keys = tmp_path / "keys"
+    keys.write_text("".join(f"{key}-{i:05d}-{'x' * 80}\n" for i in range(5000)))  # ~0.5 MB
+    proc = subprocess.Popen(
+        [str(MCL2), "--json", command, "--keys-from", str(keys)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(cluster),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    head = proc.stdout.read(1000)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert head.startswith(b"{")
+    assert proc.returncode == EXIT_BROKEN_PIPE, err
+    assert err == b""
+
+
+# -- closed standard streams, keys Mooncake cannot hold --------------------------------------
+
+
+def shell_line(command: str, cluster: LocalCluster) -> subprocess.CompletedProcess[bytes]:
+    """``command`` run by bash, with ``mcl2`` the installed console script."""
+    return subprocess.run(
+        ["bash", "-c", command.replace("mcl2 ", f"{MCL2} ")],
+        capture_output=True,
+        env=env_for(cluster),
+        timeout=60,
+        check=False,
+    )
+
+
+@needs_console
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("mcl2 exists --keys-from - <&-", b"standard input is closed"),
+        ("mcl2 put {key} - <&-", b"standard input is closed"),
+        ("mcl2 put {key} <&-", b"standard input is closed"),
+        ("mcl2 get {key} >&-", b"standard output is closed"),
+        ("mcl2 --json exists {key} >&-", b"standard output is closed"),
+    ],
+)
+def test_a_closed_standard_stream_is_a_usage_error_naming_it(
+    cluster: LocalCluster, key: str, command: str, says: bytes
+) -> None:
+    done = shell_line(command.format(key=key), cluster)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert says in done.stderr
+    assert b"Traceback" not in done.stderr and b"AttributeError" not in done.stderr
+    assert b"terminal" not in done.stderr
+
+
+@needs_console
+def test_quiet_exists_needs_no_standard_output(cluster: LocalCluster, key: str) -> None:
+    assert shell_line(f"mcl2 -q exists {key} >&-", cluster).returncode == EXIT_NOT_FOUND
+
+
+@needs_console
+def test_a_nul_byte_in_a_keys_from_line_is_an_error_for_that_key_only(
+    cluster: LocalCluster, client: Client, key: str, tmp_path: Path
+) -> None:
+    client.put(f"{key}-a", b"aa")
+    bad = f"{key}-b\0c"
+    keys = tmp_path / "keys"
+    keys.write_bytes(f"{key}-a\n{bad}\n".encode())
+    env = env_for(cluster)
+
+    def mcl2(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [str(MCL2), *args], capture_output=True, env=env, timeout=60, check=False
+        )
+
+    for command in ("exists", "stat", "rm", "info"):
+        force = ["--force"] if command == "rm" else []  # exists and stat left a read lease
+        done = mcl2("--json", command, *force, "--keys-from", str(keys))
+        assert done.returncode == EXIT_ERROR, (command, done.stderr)
+        report = json.loads(done.stdout)
+        assert report[bad]["status"] == "error", (command, report)
+        assert "NUL" in report[bad]["error"], (command, report)
+        assert b"Traceback" not in done.stderr
+        if command == "exists":
+            assert report[f"{key}-a"] is True  # the other key was asked about
+        if command == "stat":
+            assert report[f"{key}-a"] == 2
+        if command == "rm":
+            assert report[f"{key}-a"]["status"] == "removed"
+            client.put(f"{key}-a", b"aa")
+    text = mcl2("exists", "--keys-from", str(keys))
+    assert text.returncode == EXIT_ERROR
+    assert text.stdout == f"{key}-a\ttrue\n".encode()
+    assert b"holds a NUL byte" in text.stderr
+
+    out = tmp_path / "out"
+    got = mcl2("--json", "get", "--keys-from", str(keys), "-d", str(out))
+    assert got.returncode == EXIT_ERROR, got.stderr
+    report = json.loads(got.stdout)
+    assert report[bad]["status"] == "error" and report[f"{key}-a"]["status"] == "written"
+    assert (out / f"{key}-a").read_bytes() == b"aa"
+
+    value = tmp_path / "v"
+    value.write_bytes(b"vv")
+    pairs = tmp_path / "pairs"
+    pairs.write_bytes(f"{key}-p\t{value}\n{bad}\t{value}\n".encode())
+    put = mcl2("--json", "put", "--keys-from", str(pairs))
+    assert put.returncode == EXIT_ERROR, put.stderr
+    report = json.loads(put.stdout)
+    assert report[bad]["status"] == "error" and report[f"{key}-p"]["status"] == "stored"
+    only_bad = tmp_path / "only-bad"
+    only_bad.write_bytes(f"{bad}\t{value}\n".encode())
+    refused = mcl2("--json", "put", "--keys-from", str(only_bad))
+    assert refused.returncode == EXIT_ERROR
+    assert json.loads(refused.stdout)[bad]["status"] == "error"
+    client.batch_remove([f"{key}-a", f"{key}-p"], force=True)
 
 
 # -- keys that are not UTF-8 ---------------------------------------------------------------

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from mooncake_cffi.cli import cli
-from mooncake_cffi.cli.context import Settings
 from mooncake_cffi.cli.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from mooncake_cffi.cli.settings import Settings
 
 from mooncake_cffi.admin import AdminClient
 from mooncake_cffi.cluster import LocalCluster

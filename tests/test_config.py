@@ -130,6 +130,15 @@ def test_num_workers_checked_on_direct_construction() -> None:
         StoreConfig(num_workers=0)
 
 
+@pytest.mark.parametrize("value", [1025, 10**30])
+def test_worker_counts_past_what_the_shim_starts_are_refused(value: int) -> None:
+    # Found by review: 10**30 passed the check and ended in a bare OverflowError in Client().
+    with pytest.raises(ValueError, match=f"^num_workers must be at most 1024, got {value}$"):
+        StoreConfig(num_workers=value)
+    with pytest.raises(ValueError, match=r"^per_op_workers\['store'\] must be at most 1024"):
+        StoreConfig.from_dict({"per_op_workers": {"store": value}})
+
+
 # -- per_op_workers ------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import gc
 import importlib.util
 import logging
 import threading
+import time
 import uuid
 import warnings
 from typing import Any
@@ -251,7 +252,7 @@ def test_adapter_params_take_lmcache_mooncake_store_json_verbatim(cluster_config
         type="mooncake_store",
         num_workers=2,
         per_op_workers={"lookup": 1, "retrieve": 1, "store": 2},
-        eviction={"policy": "LRU"},
+        eviction=None,  # a null is dropped; an eviction object is refused (it belongs outside)
         coalesce_keys=16,
         tile_bytes=1 << 20,
         key_prefix=prefix,
@@ -287,7 +288,17 @@ def test_a_misspelled_mooncake_key_is_forwarded_with_a_warning(cluster_config, p
         ({"register_l1": "yes"}, "register_l1"),
         ({"key_prefix": "a\0b"}, "key_prefix"),
         ({"max_capacity_gb": 1}, "top level"),
+        ({"eviction": {"eviction_policy": "LRU"}}, "eviction is LMCache's.*top level"),
         ({"local_hostname": "127.0.0.1:9000"}, "carries a port"),
+        ({"connect_timeout": float("inf")}, "connect_timeout.*finite"),
+        ({"connect_timeout": float("nan")}, "connect_timeout.*finite"),
+        ({"queue_timeout": float("inf")}, "queue_timeout.*finite"),
+        ({"op_timeout": 0}, "op_timeout.*positive"),
+        ({"op_timeout": "1"}, "op_timeout"),
+        ({"tile_keys": 1 << 40}, "tile_keys"),
+        ({"retry": {"attempts": 0}}, "retry.*attempts"),
+        ({"retry": {"tries": 2}}, "retry.*unknown field 'tries'"),
+        ({"retry": "yes"}, "retry"),
     ],
 )
 def test_bad_adapter_params_are_a_value_error_naming_the_key(cluster_config, extra, message):
@@ -303,7 +314,7 @@ def test_rdma_without_an_l1_region_fails_before_any_network_traffic():
         "master_server_addr": "127.0.0.1:1",
         "protocol": "rdma",
     }
-    with pytest.raises(ValueError, match="no L1 memory descriptor"):
+    with pytest.raises(ValueError, match='no L1 memory descriptor.*"type": "plugin"'):
         MooncakeConnector(**params)
 
 
@@ -335,7 +346,7 @@ def test_tcp_with_register_l1_round_trips_inside_l1_and_refuses_outside(cluster_
 def test_the_plugin_adapter_says_how_to_install_lmcache_when_it_is_missing():
     import mooncake_cffi.lmcache as plugin
 
-    with pytest.raises(ImportError, match=r"pip install 'mooncake-cffi\[cpu,lmcache\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'lmcache==.*'\.\[cpu,lmcache\]'"):
         plugin.MooncakeL2Adapter  # noqa: B018
 
 
@@ -349,3 +360,24 @@ def test_a_mooncake_failure_fails_the_batch_and_is_logged_by_name(make_cluster, 
         warned = [r.getMessage() for r in caplog.records]
         assert len(warned) == 1 and status_name(NO_AVAILABLE_HANDLE) in warned[0]
         assert one(conn, conn.submit_batch_exists(["big"]))[3] == [False]
+
+
+def test_op_timeout_and_retry_reach_the_client_and_its_batches(make_cluster, caplog):
+    """adapter_params take the deadline and the retry policy as Client does; a store into a
+    full pool is tried again per the policy (slower) and completes once."""
+    small = make_cluster(segment_size="32 MB").start()
+    policy = {"attempts": 3, "backoff": 0.2, "jitter": 0.0}
+    with MooncakeConnector(**small.client_config(), op_timeout=5, retry=policy) as conn:
+        assert conn.client.op_timeout == 5.0
+        with caplog.at_level(logging.WARNING, logger="mooncake_cffi.lmcache"):
+            start = time.monotonic()
+            _id, ok, error, _ = one(conn, conn.submit_batch_set(["big"], [buf(64 << 20)]))
+            took = time.monotonic() - start
+        assert ok is False and status_name(NO_AVAILABLE_HANDLE) in error
+        assert took >= 0.55, took  # waits of 0.2 s and 0.4 s before the last try
+        ids = [conn.submit_batch_set([f"k{i}"], [buf(b"v" * 10)]) for i in range(3)]
+        assert all(done[1] for done in wait_for(conn, ids).values())
+    with MooncakeConnector(**small.client_config()) as plain:
+        start = time.monotonic()
+        assert one(plain, plain.submit_batch_set(["big2"], [buf(64 << 20)]))[1] is False
+        assert time.monotonic() - start < took

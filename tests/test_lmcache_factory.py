@@ -104,9 +104,7 @@ def test_the_installed_lmcache_is_a_tested_release():
 
 @pytest.mark.parametrize("kind", ["plugin", "native_plugin"])
 def test_lmcache_parses_and_creates_both_plugin_types(params, kind):
-    mooncake_store_json = dict(
-        params, num_workers=2, per_op_workers={"lookup": 1, "store": 1}, eviction={}
-    )
+    mooncake_store_json = dict(params, num_workers=2, per_op_workers={"lookup": 1, "store": 1})
     config = parse(spec(kind, mooncake_store_json)).adapters[0]
     assert config.adapter_params == mooncake_store_json
     adapter = create_l2_adapter(config)

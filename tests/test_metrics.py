@@ -109,7 +109,8 @@ def test_without_prometheus_client_the_import_error_names_the_extra() -> None:
     )
     assert proc.returncode != 0
     assert "ImportError: mooncake_cffi.metrics needs prometheus_client" in proc.stderr
-    assert "pip install 'mooncake-cffi[metrics]'" in proc.stderr
+    assert "pip install prometheus_client" in proc.stderr
+    assert "pip install '.[cpu,metrics]'" in proc.stderr
 
 
 def test_two_clients_on_one_registry_are_told_apart_by_labels(

@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 
 import mooncake_cffi.cluster as cluster_mod
-import mooncake_cffi.cluster._argv as cluster_argv
-import mooncake_cffi.cluster._common as cluster_common
 from mooncake_cffi import Client, InvalidArgumentError, MooncakeError
 from mooncake_cffi.namespace import Namespace
 from mooncake_cffi.status import TENANT_NOT_REGISTERED, TENANT_QUOTA_EXCEEDED
@@ -225,20 +223,13 @@ def multi_tenant_cluster(
     quotas.write_text(
         "version: 1\ntenants:\n  - name: alpha\n    quota: 32MB\n  - name: beta\n    quota: 32MB\n"
     )
-    real = cluster_mod.find_binary
-    master = cluster_common.MASTER_BINARY
-    wrapper = tmp_path / "mooncake_master_multi_tenant"
-    wrapper.write_text(
-        f'#!/bin/sh\nexec "{real(master)}" "$@" -enable_multi_tenants=true '
-        f'-tenant_quota_connector_type=file "-tenant_quota_connector_uri={quotas}"\n'
+    local = make_cluster(
+        master_args=[
+            "-enable_multi_tenants=true",
+            "-tenant_quota_connector_type=file",
+            f"-tenant_quota_connector_uri={quotas}",
+        ]
     )
-    wrapper.chmod(0o755)
-    monkeypatch.setattr(
-        cluster_argv,
-        "find_binary",
-        lambda name: wrapper if name == master else real(name),
-    )
-    local = make_cluster()
     local.start()
     return local
 
@@ -267,3 +258,37 @@ def test_tenant_id_isolates_keys_and_quota_in_strict_multi_tenant_mode_but_is_no
             alpha.put("big", bytes(40 << 20))
         assert over_quota.value.code == TENANT_QUOTA_EXCEEDED
         assert over_quota.value.name == "TENANT_QUOTA_EXCEEDED"
+
+
+def test_every_key_method_takes_a_timeout(client: Client, prefix: str) -> None:
+    """Before: get, exists, remove, size, the batch reads and removes, get_into and
+    lookup_prefix rejected ``timeout=``."""
+    ns = client.namespace(prefix)
+    ns.put("t", b"value", timeout=5)
+    assert ns.get("t", timeout=5) == b"value"
+    assert ns.exists("t", timeout=5)
+    assert ns.size("t", timeout=5) == 5
+    assert ns.batch_get(["t", "none"], timeout=5) == [b"value", None]
+    assert ns.batch_exists(["t"], timeout=5) == [True]
+    assert ns.batch_size(["t"], timeout=5) == [5]
+    buf = bytearray(8)
+    assert ns.get_into(["t"], [buf], timeout=5) == [5]
+    assert ns.lookup_prefix(["t", "none"], timeout=5) == 1
+    assert ns.batch_remove(["none"], force=True, timeout=5) == [-704]
+    assert ns.remove("t", force=True, timeout=5)
+    with pytest.raises(ValueError, match="timeout"):
+        ns.get("t", timeout=-1)
+
+
+def test_lookup_prefix_counts_a_key_given_twice(client: Client, prefix: str) -> None:
+    """Before: the README's own lookup_prefix(["k1", "k2", "nope", "k1"]) raised
+    MCS_E_DUPLICATE_KEY, or returned, depending on whether the last lookup hit every key."""
+    k1, k2 = f"{prefix}k1", f"{prefix}k2"
+    client.batch_put([k1, k2], [b"1", b"2"])
+    assert client.lookup_prefix([k1, k2, f"{prefix}nope", k1]) == 2
+    keys = [f"{prefix}d{i}" for i in range(31)]
+    client.batch_put(keys, [b"v"] * 31)
+    assert client.lookup_prefix(keys) == 31  # every key hit: the next asks all at once
+    assert client.lookup_prefix(keys + [keys[5]]) == 32
+    assert client.lookup_prefix([keys[0], keys[0]] + [f"{prefix}gap"]) == 2
+    assert client.lookup_prefix(keys + [keys[5]]) == 32

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from http_util import http_get
 
 from mooncake_cffi import Client
 from mooncake_cffi.cluster import LocalCluster
-from mooncake_cffi.cluster._common import http_get
 from mooncake_cffi.config import StoreConfig
 from mooncake_cffi.errors import MooncakeError
 

@@ -65,12 +65,12 @@ class Spy:
             assert self.go_on.wait(WAIT)
         return self.client.put_from(keys, bufs, **options)
 
-    def get_into(self, keys: list[Any], bufs: list[Any]) -> list[int]:
+    def get_into(self, keys: list[Any], bufs: list[Any], **options: Any) -> list[int]:
         self.gets.append(len(keys))
-        return self.client.get_into(keys, bufs)
+        return self.client.get_into(keys, bufs, **options)
 
-    def size(self, key: Any) -> int | None:
-        n = self.client.size(key)
+    def size(self, key: Any, **options: Any) -> int | None:
+        n = self.client.size(key, **options)
         if self.shrink_sizes_once and n is not None:
             self.shrink_sizes_once = False
             return n // 2  # as if a larger value replaced it after sizing

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from mooncake_cffi import status
-from mooncake_cffi._binding import ffi, lib
+from mooncake_cffi.capi import ffi, lib
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_status_table_matches_the_shim():
@@ -18,9 +22,61 @@ def test_status_table_matches_the_shim():
 
 def test_shim_codes_match_the_header_enum():
     for code, name, _ in status.CODES:
-        if name.startswith("MCS_E_"):
+        if name.startswith("MCS_"):
             assert getattr(lib, name) == code
             assert code <= status.SHIM_BASE
+
+
+_ENTRY = re.compile(r'\{\s*(-?\d+|MCS_\w+),\s*"([^"]+)",\s*"([^"]*)"\s*\}')
+
+
+def _shim_table() -> list[tuple[int, str, str]]:
+    """The (code, name, text) entries of errors.cpp's table, as the shim compiles them."""
+    source = (REPO / "shim" / "src" / "errors.cpp").read_text()
+    table = source[source.index("kCodes[] = {") : source.index("};", source.index("kCodes[]"))]
+    entries = []
+    for code, name, text in _ENTRY.findall(table):
+        value = int(code) if code.lstrip("-").isdigit() else getattr(lib, code)
+        entries.append((value, name, text))
+    return entries
+
+
+def _header_codes() -> dict[int, str]:
+    """Every status-like value the header's enums define (codes and per-key results)."""
+    out: dict[int, str] = {}
+    for enum in ("enum mcs_status", "enum mcs_get_result"):
+        out.update(ffi.typeof(enum).elements)
+    return out
+
+
+def test_every_code_the_shim_knows_is_in_the_status_table():
+    entries = _shim_table()
+    assert len(entries) > 80  # the whole table was parsed
+    table = {code: (name, text) for code, name, text in status.CODES}
+    for code, name, text in entries:
+        assert table.get(code) == (name, text), f"errors.cpp's {name} ({code}) differs"
+    for code, name in _header_codes().items():
+        expected = "OK" if name == "MCS_OK" else name  # the table names 0 as Mooncake does
+        assert table.get(code, ("?",))[0] == expected, f"mcs.h's {name} ({code}) is not in status"
+
+
+def test_every_code_in_the_status_table_is_known_to_the_shim():
+    known = {code for code, _, _ in _shim_table()}
+    for code, name, _ in status.CODES:
+        assert code in known, f"status.{name} ({code}) is not in errors.cpp's table"
+        assert ffi.string(lib.mcs_error_name(code)).decode() == name
+
+
+def test_one_public_error_name():
+    import mooncake_cffi
+    from mooncake_cffi import _binding, errors
+
+    assert mooncake_cffi.error_name is status.name
+    assert mooncake_cffi.error_name(-706) == "OBJECT_HAS_LEASE"
+    assert mooncake_cffi.error_name(status.MCS_GET_UNREAD) == "MCS_GET_UNREAD"
+    for module in (_binding, errors):
+        assert not hasattr(module, "error_name")
+    assert not hasattr(_binding, "strerror")
 
 
 def test_status_module_is_pure():

@@ -1,0 +1,226 @@
+"""setup() of the drop-in in both of Mooncake's forms: what Mooncake accepts and refuses, with
+its codes (checked side by side where Mooncake answers quickly), the TypeErrors of its
+binding, and this package's own keys in the config dict."""
+
+from __future__ import annotations
+
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from store_helpers import MIB, setup_args, tag
+
+from mooncake_cffi.cluster import LocalCluster
+from mooncake_cffi.config import UnknownConfigKeyWarning
+from mooncake_cffi.store import MooncakeDistributedStore
+
+ms = pytest.importorskip("mooncake.store")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _both(setup: Callable[[Any], int]) -> dict[str, int]:
+    """``setup(store)`` on a fresh store of each client; the codes (stores closed after)."""
+    codes = {}
+    for name, store in (
+        ("theirs", ms.MooncakeDistributedStore()),
+        ("ours", MooncakeDistributedStore()),
+    ):
+        try:
+            codes[name] = setup(store)
+        finally:
+            store.close()
+    return codes
+
+
+def _dict(local: LocalCluster, **changes: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "local_hostname": "127.0.0.1",
+        "metadata_server": local.metadata_server,
+        "master_server_addr": local.master_addr,
+        "protocol": "tcp",
+        "global_segment_size": "0",
+    }
+    cfg.update(changes)
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+DICT_CASES: dict[str, tuple[dict[str, Any], int]] = {
+    "the minimal keys": ({}, 0),
+    "sizes as Mooncake parses them": ({"local_buffer_size": "32 MB"}, 0),
+    "values that are not strings": (
+        {
+            "global_segment_size": 0,
+            "local_buffer_size": 16 * MIB,
+            "enable_client_http_server": False,
+        },
+        0,
+    ),
+    "no local_hostname": ({"local_hostname": None}, -600),
+    "no metadata_server": ({"metadata_server": None}, -600),
+    "a size Mooncake cannot parse": ({"global_segment_size": "lots"}, -600),
+    "a size in MiB, which Mooncake does not read": ({"local_buffer_size": "32 MiB"}, -600),
+    "a negative size": ({"global_segment_size": "-5"}, -600),
+    "a segment below 1 KiB": ({"global_segment_size": 1000}, -600),
+    "a local buffer below 1 KiB": ({"local_buffer_size": 100}, -600),
+    "a bad client_http_port": ({"client_http_port": "x"}, -600),
+    "an unknown protocol": ({"protocol": "foo"}, -1),
+    "a protocol in upper case": ({"protocol": "TCP"}, -1),
+    "a metadata server that is down": ({"metadata_server": "http://127.0.0.1:1/metadata"}, -1),
+}
+
+
+@pytest.mark.parametrize("case", list(DICT_CASES))
+def test_the_config_dict_form_answers_as_mooncakes(cluster: LocalCluster, case: str) -> None:
+    changes, code = DICT_CASES[case]
+    codes = _both(lambda s: s.setup(_dict(cluster, **changes)))
+    assert codes == {"theirs": code, "ours": code}
+
+
+POSITIONAL_CASES: dict[str, tuple[dict[int, Any], int]] = {
+    "all seven": ({}, 0),
+    "an empty local_hostname": ({0: ""}, -600),
+    "an empty metadata_server": ({1: ""}, -1),
+    "a segment below 1 KiB": ({2: 1000}, -600),
+    "an unknown protocol": ({4: "foo"}, -1),
+}
+
+
+@pytest.mark.parametrize("case", list(POSITIONAL_CASES))
+def test_the_positional_form_answers_as_mooncakes(cluster: LocalCluster, case: str) -> None:
+    changes, code = POSITIONAL_CASES[case]
+    args = list(setup_args(cluster))
+    for i, v in changes.items():
+        args[i] = v
+    assert _both(lambda s: s.setup(*args)) == {"theirs": code, "ours": code}
+
+
+def test_the_optional_trailing_arguments_and_keywords_are_taken(cluster: LocalCluster) -> None:
+    args = setup_args(cluster)
+    kwargs = {"tenant_id": "default", "enable_ssd_offload": False, "ssd_offload_path": ""}
+    assert _both(lambda s: s.setup(*args, None, **kwargs)) == {"theirs": 0, "ours": 0}
+    assert _both(lambda s: s.setup(*args[:3], local_buffer_size=MIB, protocol="tcp",
+                                   rdma_devices="", master_server_addr=args[6])) == {
+        "theirs": 0,
+        "ours": 0,
+    }  # fmt: skip
+
+
+def test_a_local_hostname_with_a_port_is_taken_as_mooncake_takes_it(cluster: LocalCluster) -> None:
+    ports = iter((_free_port(), _free_port()))
+    codes = _both(lambda s: s.setup(_dict(cluster, local_hostname=f"127.0.0.1:{next(ports)}")))
+    assert codes == {"theirs": 0, "ours": 0}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("127.0.0.1",),
+        ("127.0.0.1", "meta", 0, 0, "tcp", ""),  # one argument short
+        ("127.0.0.1", "meta", -1, 0, "tcp", "", "h:1"),  # a negative size
+        ("127.0.0.1", "meta", 1.5, 0, "tcp", "", "h:1"),  # a float size
+        (1, "meta", 0, 0, "tcp", "", "h:1"),
+        ([("local_hostname", "h")],),  # not a dict
+    ],
+)
+def test_arguments_of_the_wrong_shape_raise_type_error_in_both(args: tuple[Any, ...]) -> None:
+    for store in (ms.MooncakeDistributedStore(), MooncakeDistributedStore()):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            store.setup(*args)
+
+
+def test_an_unreachable_master_fails_fast_with_mooncakes_code(cluster: LocalCluster) -> None:
+    # Mooncake's own setup answers -1 too, after ~90 s of retries (4 s with
+    # MC_STORE_CLIENT_SETUP_RETRIES=1); the drop-in probes the master first.
+    store = MooncakeDistributedStore()
+    started = time.monotonic()
+    assert store.setup(_dict(cluster, master_server_addr="127.0.0.1:1")) == -1
+    assert store.setup(*setup_args(cluster)[:6], "127.0.0.1") == -1  # no port
+    assert time.monotonic() - started < 10
+    assert store.health_check() == 1 and store.client is None
+
+
+def test_our_keys_configure_the_client_and_never_reach_mooncake(cluster: LocalCluster) -> None:
+    store = MooncakeDistributedStore()
+    cfg = _dict(
+        cluster,
+        num_workers=2,
+        per_op_workers={"lookup": 1, "store": 2},
+        op_timeout=5.0,
+        connect_timeout=1.0,
+        coalesce_keys=8,
+    )
+    assert store.setup(cfg) == 0
+    try:
+        client = store.client
+        assert client is not None and client.op_timeout == 5.0
+        stats = client.stats()
+        assert stats["lookup"]["workers"] == 1 and stats["store"]["workers"] == 2
+        assert not {"num_workers", "op_timeout", "per_op_workers"} & set(client.config.setup_config)
+        key = tag("opts")
+        assert store.put(key, b"v") == 0 and store.get(key) == b"v"  # through the deadline path
+        assert store.batch_is_exist([key, key + "x"]) == [1, 0]
+    finally:
+        store.close()
+    with pytest.raises(ValueError, match="num_workers"):
+        MooncakeDistributedStore().setup(_dict(cluster, num_workers=0))
+
+
+def test_replica_keys_are_ignored_as_mooncake_ignores_them(cluster: LocalCluster) -> None:
+    store = MooncakeDistributedStore()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert store.setup(_dict(cluster, replica_num=3, master_server_address="x:1")) == 0
+    try:
+        messages = [str(w.message) for w in seen if issubclass(w.category, UnknownConfigKeyWarning)]
+        assert any("replica_num" in m and "ignored" in m for m in messages), messages
+        assert any("did you mean 'master_server_addr'" in m for m in messages), messages
+        assert store.client is not None
+        assert "replica_num" not in store.client.config.setup_config
+        assert store.client._native.default_replicate_config.replica_num == 1
+    finally:
+        store.close()
+
+
+def test_a_second_setup_replaces_the_first_client(cluster: LocalCluster) -> None:
+    store = MooncakeDistributedStore()
+    assert store.setup(*setup_args(cluster)) == 0
+    first = store.client
+    assert store.setup(*setup_args(cluster)) == 0
+    try:
+        assert first is not None and first.closed and store.client is not first
+        key = tag("again")
+        assert store.put(key, b"v") == 0 and store.get(key) == b"v"
+        assert store.init_all("tcp", "", 16 * MIB) == -600  # set up: as Mooncake's
+    finally:
+        store.close()
+    assert store.client is None and store.get("k") == b""
+
+
+def test_our_keys_from_the_environment_serve_the_positional_form(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MOONCAKE_CFFI_STORE_OPTIONS", '{"op_timeout": 7, "num_workers": 3}')
+    store = MooncakeDistributedStore()
+    assert store.setup(*setup_args(cluster)) == 0
+    try:
+        assert store.client is not None and store.client.op_timeout == 7
+        assert store.client.config.num_workers == 3
+    finally:
+        store.close()
+    assert store.setup(_dict(cluster, op_timeout=2)) == 0  # the call's dict wins
+    try:
+        assert store.client is not None and store.client.op_timeout == 2
+    finally:
+        store.close()
+    for bad in ("{not json", '["op_timeout"]', '{"protocol": "tcp"}'):
+        monkeypatch.setenv("MOONCAKE_CFFI_STORE_OPTIONS", bad)
+        with pytest.raises(ValueError, match="MOONCAKE_CFFI_STORE_OPTIONS"):
+            MooncakeDistributedStore().setup(*setup_args(cluster))
