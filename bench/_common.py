@@ -145,6 +145,26 @@ def their_store(local: LocalCluster, local_buffer_size: int = 16 * MiB) -> Any:
     return store
 
 
+def dropin_store(local: LocalCluster, local_buffer_size: int = 16 * MiB) -> Any:
+    """This package's drop-in ``mooncake_cffi.store.MooncakeDistributedStore``, set up exactly
+    as :func:`their_store` sets up Mooncake's."""
+    from mooncake_cffi.store import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    rc = store.setup(
+        "127.0.0.1",
+        local.metadata_server,
+        0,
+        local_buffer_size,
+        "tcp",
+        "",
+        local.master_addr,
+    )
+    if rc != 0:
+        raise RuntimeError(f"mooncake_cffi.store.MooncakeDistributedStore.setup failed: {rc}")
+    return store
+
+
 def warm_segment(client: Client, nbytes: int, chunk: int = 4 * MiB) -> float:
     """Fault in the storage node's segment pages: put ``nbytes`` then remove it.
 

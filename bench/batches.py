@@ -1,22 +1,24 @@
-"""Many-key batches: our Client against Mooncake's own client, same cluster, same run.
+"""Many-key batches: our Client, the drop-in store and Mooncake's own client, on one cluster.
 
 For each operation and batch shape (1, 16, 256, 1,024 keys of 4 KiB; 64 x 64 KiB; 64 x 1 MiB)
-both clients run the same call on the same keys, alternating which goes first every round.
-Printed per cell: our median time, theirs, the ratio of medians (< 1: we are faster) and the
-spread of the per-round paired ratios (p10..p90).
+the three contenders run the same call on the same keys, in an order that rotates every
+round.  Printed per cell: each median time, the ratios of medians to Mooncake's (< 1: faster)
+and the spread of the per-round paired ratios (p10..p90).
 
-    operation          ours                      Mooncake's MooncakeDistributedStore
-    batch_get          Client.batch_get          get_batch
-    batch_exists       Client.batch_exists       batch_is_exist
-    batch_remove       Client.batch_remove       batch_remove            (fresh keys, force)
-    get_into           Client.get_into           batch_get_into          (same buffers)
-    batch_put          Client.batch_put          put_batch               (fresh keys)
-    put_from           Client.put_from           batch_put_from          (64 x 1 MiB only)
+    operation      ours (Client)          drop-in (mooncake_cffi.store)   Mooncake's
+    batch_get      Client.batch_get       get_batch                      get_batch
+    batch_exists   Client.batch_exists    batch_is_exist                 batch_is_exist
+    batch_remove   Client.batch_remove    batch_remove (fresh keys, force)
+    get_into       Client.get_into        batch_get_into                 batch_get_into
+    batch_put      Client.batch_put       put_batch (fresh keys)         put_batch
+    put_from       Client.put_from        batch_put_from (64 x 1 MiB)    batch_put_from
 
-Small cells get more rounds (10x at 1 key, 3x at 16 keys): one call there is ~0.1 ms, so
-single rounds are noisy.  By default the cluster runs on the last CPU and this process on the
-others (``--pin split``, see bench/_common.py); ``--pin none`` leaves placement to the
-scheduler.
+and at 1 key the single-key calls: ``get`` / ``is_exist`` / ``get_size`` / ``remove`` /
+``put`` / ``get_into`` / ``put_from`` (Client: get, exists, size, remove, put, get_into and
+put_from of one key).  Small cells get more rounds (20x at 1 key, 5x at 16 keys): one call
+there is ~0.1 ms, so single rounds are noisy.  By default placement is left to the scheduler
+(``--pin none``, as a user runs it); ``--pin split`` puts the cluster on the last CPU and this
+process on the others (see bench/_common.py).
 
     .venv/bin/python bench/batches.py [--rounds N] [--quick] [--ops A,B] [--cells 1,16]
 """
@@ -35,6 +37,7 @@ from _common import (
     banner,
     check_installed,
     cluster,
+    dropin_store,
     fmt,
     our_client,
     parser,
@@ -53,12 +56,15 @@ CELLS = [
     ("64 x 64 KiB", 64, 64 * KiB),
     ("64 x 1 MiB", 64, MiB),
 ]
-OPS = ["batch_get", "batch_exists", "batch_remove", "get_into", "batch_put", "put_from"]
+BATCH_OPS = ["batch_get", "batch_exists", "batch_remove", "get_into", "batch_put", "put_from"]
+SINGLE_OPS = ["get", "is_exist", "get_size", "remove", "put", "get_into1", "put_from1"]
+OPS = BATCH_OPS + SINGLE_OPS
+SIDES = ("ours", "dropin", "theirs")
 # Mooncake's get_batch and put_batch copy through its 16 MiB local buffer: 64 MiB does not
 # fit there (its put_batch fails at once), so those cells compare nothing.
 SKIP = {("batch_get", "64 x 1 MiB"), ("batch_put", "64 x 1 MiB")}
-SKIP |= {("put_from", "1 key"), ("put_from", "16 keys")}
-SKIP |= {("put_from", c) for c in ("256 keys", "1024 keys", "64 x 64 KiB")}
+SKIP |= {("put_from", c) for c in ("1 key", "16 keys", "256 keys", "1024 keys", "64 x 64 KiB")}
+SKIP |= {(op, c) for op in SINGLE_OPS for c, _, _ in CELLS if c != "1 key"}
 
 
 def _short(name: str) -> str:
@@ -72,10 +78,11 @@ def _quantile(xs: list[float], q: float) -> float:
 
 
 class Cell:
-    """The keys, values and buffers of one batch shape, and its two contenders per op."""
+    """The keys, values and buffers of one batch shape, and its three contenders per op."""
 
-    def __init__(self, ours: Any, theirs: Any, name: str, n: int, size: int) -> None:
-        self.ours, self.theirs, self.name, self.n, self.size = ours, theirs, name, n, size
+    def __init__(self, ours: Any, dropin: Any, theirs: Any, name: str, n: int, size: int) -> None:
+        self.stores = {"ours": ours, "dropin": dropin, "theirs": theirs}
+        self.name, self.n, self.size = name, n, size
         tag = name.replace(" ", "")
         self.keys = [f"bench-{tag}-{i:05d}" for i in range(n)]
         self.src = Arena(n, size)
@@ -87,11 +94,11 @@ class Cell:
         res = ours.batch_put(self.keys, self.values)
         if any(r < 0 for r in res):
             raise SystemExit(f"setup put failed for {name}: {res[:4]}")
-        got = ours.batch_get(self.keys)
-        if got != self.values:
+        if ours.batch_get(self.keys) != self.values:
             raise SystemExit(f"batch_get returned wrong bytes for {name}")
-        if theirs.get_batch(self.keys[:1]) != self.values[:1]:
-            raise SystemExit("Mooncake's get_batch does not see our values")
+        for side in ("dropin", "theirs"):
+            if self.stores[side].get_batch(self.keys[:1]) != self.values[:1]:
+                raise SystemExit(f"{side}'s get_batch does not see our values")
 
     def fresh_keys(self, side: str) -> list[str]:
         self.fresh += 1
@@ -99,65 +106,79 @@ class Cell:
 
     def prepare(self, op: str, side: str) -> tuple[Callable[[], Any], Callable[[], None]]:
         """(the timed call, untimed cleanup) for one side of one round."""
-        o, t = self.ours, self.theirs
+        s, o = self.stores[side], self.stores["ours"]
+        ours = side == "ours"
+        k, k0 = self.keys, self.keys[0]
         nothing = lambda: None  # noqa: E731
-        if op == "batch_get":
-            f = (
-                (lambda: o.batch_get(self.keys))
-                if side == "ours"
-                else (lambda: t.get_batch(self.keys))
-            )
-            return f, nothing
-        if op == "batch_exists":
-            f = (
-                (lambda: o.batch_exists(self.keys))
-                if side == "ours"
-                else (lambda: t.batch_is_exist(self.keys))
-            )
-            return f, nothing
-        if op == "get_into":
-            f = (
-                (lambda: o.get_into(self.keys, self.views))
-                if side == "ours"
-                else (lambda: t.batch_get_into(self.keys, self.ptrs, self.sizes))
-            )
-            return f, nothing
+        reads: dict[str, Callable[[], Any]] = {
+            "batch_get": (lambda: s.batch_get(k)) if ours else (lambda: s.get_batch(k)),
+            "batch_exists": (lambda: s.batch_exists(k)) if ours else (lambda: s.batch_is_exist(k)),
+            "get_into": (
+                (lambda: s.get_into(k, self.views))
+                if ours
+                else (lambda: s.batch_get_into(k, self.ptrs, self.sizes))
+            ),
+            "get": lambda: s.get(k0),
+            "is_exist": (lambda: s.exists(k0)) if ours else (lambda: s.is_exist(k0)),
+            "get_size": (lambda: s.size(k0)) if ours else (lambda: s.get_size(k0)),
+            "get_into1": (
+                (lambda: s.get_into([k0], self.views[:1]))
+                if ours
+                else (lambda: s.get_into(k0, self.ptrs[0], self.size))
+            ),
+        }
+        if op in reads:
+            return reads[op], nothing
         keys = self.fresh_keys(side)
         cleanup = lambda: o.batch_remove(keys, force=True) and None  # noqa: E731
+        f1 = keys[0]
         if op == "batch_put":
             f = (
-                (lambda: o.batch_put(keys, self.values))
-                if side == "ours"
-                else (lambda: t.put_batch(keys, self.values))
+                (lambda: s.batch_put(keys, self.values))
+                if ours
+                else (lambda: s.put_batch(keys, self.values))
             )
-            return f, cleanup
-        if op == "put_from":
-            views = self.src.views()
-            ptrs = self.src.ptrs()
-            f = (
-                (lambda: o.put_from(keys, views))
-                if side == "ours"
-                else (lambda: t.batch_put_from(keys, ptrs, self.sizes))
-            )
-            return f, cleanup
-        if op == "batch_remove":
+        elif op == "put":
+            f = lambda: s.put(f1, self.values[0])  # noqa: E731
+        elif op in ("put_from", "put_from1"):
+            views, ptrs = self.src.views(), self.src.ptrs()
+            if op == "put_from1":
+                f = (
+                    (lambda: s.put_from([f1], views[:1]))
+                    if ours
+                    else (lambda: s.put_from(f1, ptrs[0], self.size))
+                )
+            else:
+                f = (
+                    (lambda: s.put_from(keys, views))
+                    if ours
+                    else (lambda: s.batch_put_from(keys, ptrs, self.sizes))
+                )
+        elif op in ("batch_remove", "remove"):
             o.put_from(keys, self.src.views())
-            f = (
-                (lambda: o.batch_remove(keys, force=True))
-                if side == "ours"
-                else (lambda: t.batch_remove(keys, True))
-            )
-            return f, nothing
-        raise ValueError(op)
+            if op == "remove":
+                f = (lambda: s.remove(f1, force=True)) if ours else (lambda: s.remove(f1, True))
+            else:
+                f = (
+                    (lambda: s.batch_remove(keys, force=True))
+                    if ours
+                    else (lambda: s.batch_remove(keys, True))
+                )
+            return f, cleanup
+        else:
+            raise ValueError(op)
+        return f, cleanup
 
     def close(self) -> None:
-        self.ours.batch_remove(self.keys, force=True)
+        self.stores["ours"].batch_remove(self.keys, force=True)
 
 
 def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
-    times: dict[str, list[float]] = {"ours": [], "theirs": []}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
     for r in range(rounds + 2):  # two warm-up rounds, discarded
-        order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
+        order = SIDES[r % 3 :] + SIDES[: r % 3]
+        if r % 2:
+            order = order[::-1]
         for side in order:
             call, cleanup = cell.prepare(op, side)
             t0 = pc()
@@ -166,22 +187,37 @@ def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
             cleanup()
             if r >= 2:
                 times[side].append(dt)
-    ours, theirs = statistics.median(times["ours"]), statistics.median(times["theirs"])
-    paired = [a / b for a, b in zip(times["ours"], times["theirs"])]
-    return {
-        "ours_ms": ours * 1e3,
-        "theirs_ms": theirs * 1e3,
-        "ratio": ours / theirs,
-        "p10": _quantile(paired, 0.1),
-        "p90": _quantile(paired, 0.9),
-        "samples_ours_ms": [x * 1e3 for x in times["ours"]],
-        "samples_theirs_ms": [x * 1e3 for x in times["theirs"]],
-    }
+    med = {side: statistics.median(times[side]) for side in SIDES}
+    out: dict[str, Any] = {f"{side}_ms": med[side] * 1e3 for side in SIDES}
+    for side in ("ours", "dropin"):
+        paired = [a / b for a, b in zip(times[side], times["theirs"])]
+        out[f"{side}_ratio"] = med[side] / med["theirs"]
+        out[f"{side}_p10"] = _quantile(paired, 0.1)
+        out[f"{side}_p90"] = _quantile(paired, 0.9)
+    for side in SIDES:
+        out[f"samples_{side}_ms"] = [x * 1e3 for x in times[side]]
+    return out
+
+
+def _ratio_table(results: dict[str, dict[str, Any]], ops: list[str], side: str, title: str) -> None:
+    names = [c[0] for c in CELLS]
+    rows = []
+    for op in ops:
+        row: list[Any] = [op]
+        for name in names:
+            r = results.get(op, {}).get(name)
+            row.append(
+                "n/a"
+                if r is None
+                else f"{r[side + '_ratio']:.2f} ({r[side + '_p10']:.2f}-{r[side + '_p90']:.2f})"
+            )
+        rows.append(row)
+    table(["op"] + names, rows, title=title)
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0], pin="split")
-    p.add_argument("--rounds", type=int, default=40, help="timed rounds per cell (default 40)")
+    p = parser(__doc__.splitlines()[0], pin="none")
+    p.add_argument("--rounds", type=int, default=61, help="timed rounds per cell (default 61)")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of operations")
     p.add_argument(
         "--cells",
@@ -197,43 +233,44 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     with cluster(args.segment, args.pin) as local:
         ours = our_client(local)
+        dropin = dropin_store(local)
         theirs = their_store(local)
         warm_segment(ours, 512 * MiB)
         try:
             for name, n, size in CELLS:
                 if wanted and _short(name) not in wanted:
                     continue
-                cell = Cell(ours, theirs, name, n, size)
-                cell_rounds = rounds * (10 if n == 1 else 3 if n <= 16 else 1)
+                cell = Cell(ours, dropin, theirs, name, n, size)
+                cell_rounds = rounds * (20 if n == 1 else 5 if n <= 16 else 1)
                 for op in ops:
                     if (op, name) in SKIP:
                         continue
                     res = measure(cell, op, cell_rounds)
                     results.setdefault(op, {})[name] = res
                     print(
-                        f"{op:>13} {name:>12}: ours {fmt(res['ours_ms'])} ms, theirs "
-                        f"{fmt(res['theirs_ms'])} ms, ratio {res['ratio']:.2f} "
-                        f"(p10 {res['p10']:.2f}, p90 {res['p90']:.2f})",
+                        f"{op:>13} {name:>12}: ours {fmt(res['ours_ms'])} ms, drop-in "
+                        f"{fmt(res['dropin_ms'])} ms, theirs {fmt(res['theirs_ms'])} ms; "
+                        f"ours/theirs {res['ours_ratio']:.2f}, drop-in/theirs "
+                        f"{res['dropin_ratio']:.2f} (p10 {res['dropin_p10']:.2f}, "
+                        f"p90 {res['dropin_p90']:.2f})",
                         flush=True,
                     )
                 cell.close()
         finally:
             ours.close()
+            dropin.close()
             theirs.close()
-    names = [c[0] for c in CELLS]
-    rows = []
-    for op in ops:
-        row: list[Any] = [op]
-        for name in names:
-            r = results.get(op, {}).get(name)
-            row.append("n/a" if r is None else f"{r['ratio']:.2f} ({r['p10']:.2f}-{r['p90']:.2f})")
-        rows.append(row)
     print()
-    table(["op"] + names, rows, title="time ours / Mooncake's (median; p10-p90 of rounds)")
-    worst = max(
-        (r["ratio"], op, name) for op, cells in results.items() for name, r in cells.items()
-    )
-    print(f"\nworst cell: {worst[1]} {worst[2]} at {worst[0]:.2f}")
+    _ratio_table(results, ops, "dropin", "time drop-in / Mooncake's (median; p10-p90 of rounds)")
+    print()
+    _ratio_table(results, ops, "ours", "time Client / Mooncake's (median; p10-p90 of rounds)")
+    for side in ("dropin", "ours"):
+        worst = max(
+            (r[f"{side}_ratio"], op, name)
+            for op, cells in results.items()
+            for name, r in cells.items()
+        )
+        print(f"\nworst {side} cell: {worst[1]} {worst[2]} at {worst[0]:.2f}")
     write_json("batches", {"rounds": rounds, "pin": args.pin, "results": results}, args.out, info)
 
 

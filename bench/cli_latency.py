@@ -281,8 +281,8 @@ os._exit(0)  # no close at all: Mooncake's entries stay behind
 
 def leak_control(local: LocalCluster, env: dict[str, str]) -> dict[str, Any]:
     """Show that the scan sees what a client that exits without any cleanup leaves behind,
-    then remove those entries with mooncake_cffi._metadata.forget_client."""
-    from mooncake_cffi._metadata import forget_client
+    then remove those entries with mooncake_cffi.metadata.forget_client."""
+    from mooncake_cffi.metadata import forget_client
 
     before = metadata_entries(local.metadata_server)
     proc = subprocess.run(

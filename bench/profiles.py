@@ -3,8 +3,9 @@
 * ``spin``: a thread runs ``put_from`` / ``get_into`` of 64 x 1 MiB in a loop while
   ``py-spy dump --native`` samples it; prints which Mooncake frames the caller sits in
   (Mooncake busy-polls transfer completion: ``wait_for_completion`` / ``check_task_status``).
-* ``shim``: a loop of raw single-key ``mcs_run`` exists calls under ``perf record``; prints the
-  share of CPU samples per shared object (how much of a small call is the shim's own code).
+* ``shim``: a loop of raw single-key ``mcs_client_run`` exists calls under ``perf record``;
+  prints the share of CPU samples per shared object (how much of a small call is the shim's
+  own code).
 
 Needs ``py-spy`` (``.venv/bin/pip install py-spy``) and ``perf`` (Debian: ``linux-perf``).
 
@@ -27,8 +28,7 @@ from typing import Any
 
 from _common import Arena, MiB, banner, cluster, our_client, parser, table, warm_segment, write_json
 
-from mooncake_cffi._binding import ffi, lib
-from mooncake_cffi._marshal import Packed
+from mooncake_cffi.capi import prepared_call
 
 
 def _tool(name: str) -> str | None:
@@ -101,14 +101,13 @@ def shim_profile(local: Any, seconds: float) -> dict[str, Any]:
         return {"error": "perf not installed"}
     c = our_client(local)
     c.put("prof/key", b"x" * 4096)
-    batch = Packed(lib.MCS_OP_EXISTS, ["prof/key"])
-    h = c._handle  # noqa: SLF001 - deliberate: the shim call without the Python layer
+    call = prepared_call(c, "exists", ["prof/key"])  # the shim call without the Python layer
     stop = threading.Event()
     count = [0]
 
     def loop() -> None:
         while not stop.is_set():
-            lib.mcs_run(h, ffi.NULL, batch.batch)
+            call()
             count[0] += 1
 
     th = threading.Thread(target=loop)
@@ -186,7 +185,7 @@ def main() -> None:
             table(
                 ["shared object", "% of CPU samples"],
                 sorted(sh["dso_share_percent"].items(), key=lambda x: -x[1]),
-                title=f"shim: perf, {sh['calls']} raw mcs_run exists calls",
+                title=f"shim: perf, {sh['calls']} raw mcs_client_run exists calls",
             )
     write_json("profiles", result, out=args.out, machine=info)
 

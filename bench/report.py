@@ -269,7 +269,7 @@ def small_section(d: dict[str, Any]) -> list[str]:
         run_line(d),
         "",
         f"{p['calls']} calls per row, one at a time, alternating blocks of {p['block']}; "
-        f"value {p['value_size']} bytes. `raw` is the shim's `mcs_run` called through cffi "
+        f"value {p['value_size']} bytes. `raw` is the shim's `mcs_client_run` called through cffi "
         "with prebuilt arrays (no Python layer). Microseconds.",
         "",
     ]
@@ -416,8 +416,8 @@ def profile_section(d: dict[str, Any]) -> list[str]:
     sh = d.get("shim", {})
     if "dso_share_percent" in sh:
         out += [
-            f"CPU samples per shared object (`perf record -g`) over {sh['calls']} raw `mcs_run` "
-            "single-key exists calls:",
+            f"CPU samples per shared object (`perf record -g`) over {sh['calls']} raw "
+            "`mcs_client_run` single-key exists calls:",
             "",
             md(
                 ["shared object", "% of samples"],

@@ -7,7 +7,7 @@ Calls run one at a time from the main thread, in alternating blocks of ``--block
 * ``get``: ``Client.get_into([key], [buf])`` (zero-copy into a preallocated buffer) vs
   ``get_into(key, ptr, size)`` into a registered buffer.
 
-Two more rows explain the gap: ``raw`` calls the shim's ``mcs_run`` through cffi with the key
+Two more rows explain the gap: ``raw`` calls the shim's ``mcs_client_run`` through cffi with the key
 and result arrays built once (what is left when the Python layer costs nothing), and
 ``get()`` is the allocating ``Client.get(key)`` (one round trip through a per-thread scratch
 buffer for values up to 256 KiB), against Mooncake's allocating ``get(key)``.  A cProfile
@@ -40,8 +40,7 @@ from _common import (
     write_json,
 )
 
-from mooncake_cffi._binding import ffi, lib
-from mooncake_cffi._marshal import Packed
+from mooncake_cffi.capi import prepared_call
 
 
 def main() -> None:
@@ -68,15 +67,8 @@ def main() -> None:
         tptr = their_buf.ctypes.data
 
         # The shim call alone: batches built once, no Python-layer work per call.
-        raw_e = Packed(lib.MCS_OP_EXISTS, [key])
-        raw_g = Packed(lib.MCS_OP_GET, [key], [ours_buf], writable=True)
-        h = c._handle  # noqa: SLF001 - deliberate: measure the shim without the wrapper
-
-        def raw_exists() -> object:
-            return lib.mcs_run(h, ffi.NULL, raw_e.batch)
-
-        def raw_get() -> object:
-            return lib.mcs_run(h, ffi.NULL, raw_g.batch)
+        raw_exists = prepared_call(c, "exists", [key])
+        raw_get = prepared_call(c, "get", [key], [ours_buf])
 
         ops: dict[str, dict[str, Callable[[], object]]] = {
             "exists": {

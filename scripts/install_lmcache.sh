@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+. scripts/_common.sh
 
 lmcache_version=${LMCACHE_VERSION:-0.5.6}
 torch_version=${TORCH_VERSION:-2.13.0}
@@ -27,7 +27,7 @@ venv=${MOONCAKE_CFFI_LMCACHE_VENV:-$cache/venv-lmcache-$lmcache_version}
 
 # The system libraries Mooncake needs come with scripts/install.sh (run it when one is missing).
 for lib in libibverbs.so.1 libnuma.so.1 libcurl.so.4; do
-    if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then ./scripts/install.sh >&2; break; fi
+    if ! has_lib "$lib"; then ./scripts/install.sh >&2; break; fi
 done
 
 installed() {
@@ -53,11 +53,8 @@ else
     "$venv/bin/python" -m pip install -q "lmcache==$lmcache_version" "torch==$torch_version" >&2
 fi
 
-wheel=${MOONCAKE_CFFI_WHEEL:-}
-if [ -z "$wheel" ]; then
-    if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then wheel=cuda; else wheel=cpu; fi
-fi
-log "installing mooncake-cffi[$wheel,lmcache,test] into $venv"
+wheel=$(mooncake_wheel)
+log "installing '.[$wheel,lmcache,test]' (mooncake-cffi, from $PWD) into $venv"
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps . >&2
 "$venv/bin/python" -m pip install -q ".[$wheel,lmcache,test]" >&2
 (cd / && "$venv/bin/python" -c 'import lmcache, mooncake_cffi.lmcache as m; m.check_lmcache_version()') >&2

@@ -18,10 +18,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Bold only on a terminal, and never when NO_COLOR is set (https://no-color.org).
+if [ -t 2 ] && [ -z "${NO_COLOR:-}" ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+log() { printf '%s==> %s%s\n' "$bold" "$*" "$plain" >&2; }
 
 root=${MOONCAKE_CFFI_WHEEL_VENVS:-$HOME/.cache/mooncake-cffi/wheel-venvs}
-tests=${WHEEL_TESTS:-tests/test_wheel.py tests/test_client.py tests/test_cli.py}
+tests=${WHEEL_TESTS:-tests/test_wheel.py tests/test_client.py tests/test_cli.py tests/test_cli_options.py tests/test_cli_console.py}
 variant=cpu run_tests=0 versions=()
 while [ $# -gt 0 ]; do
     case "$1" in
