@@ -11,9 +11,11 @@ import time
 import uuid
 
 import pytest
+from process_helpers import freeze, thread_states
 
 import mooncake_cffi as mc
 from mooncake_cffi import Client, MooncakeTimeoutError, RetryPolicy, TransportError
+from mooncake_cffi.admin import AdminClient
 
 
 def unique(prefix: str = "dl") -> str:
@@ -29,16 +31,36 @@ def frozen_cluster(make_cluster):
     os.kill(pid, signal.SIGCONT)
 
 
+def only_on_the_storage_node(local, key: str) -> None:
+    """The premise of a frozen-node test: ``key``'s one replica is on the storage node, the
+    one segment the master knows (a segment of some other process would serve it)."""
+    admin = AdminClient(local.metrics_url)
+    segments = admin.segment_names()
+    info = admin.query_key(key)
+    assert info is not None, f"{key} is not stored"
+    held = [r.segment or r.endpoint for r in info.replicas]
+    assert len(segments) == 1 and held == segments, (segments, held)
+
+
 def test_a_call_into_a_frozen_storage_node_answers_within_its_deadline(frozen_cluster):
     local, pid = frozen_cluster
     with Client(local.client_config(), op_timeout=1.0) as c:
         key = unique()
         c.put(key, b"x" * 4096)
-        os.kill(pid, signal.SIGSTOP)
+        only_on_the_storage_node(local, key)
+        freeze(pid)
         try:
             t0 = time.monotonic()
             with pytest.raises((MooncakeTimeoutError, TransportError)) as info:
-                c.get(key)
+                got = c.get(key)
+                # not raised: say what it answered and where the master says the value is
+                answer = None if got is None else f"{len(got)} bytes"
+                pytest.fail(
+                    f"a get from a frozen node answered {answer} after "
+                    f"{time.monotonic() - t0:.3f} s; storage node threads "
+                    f"{thread_states(pid)}; replicas "
+                    f"{AdminClient(local.metrics_url).query_key(key)}"
+                )
             waited = time.monotonic() - t0
             # The whole get, however many round trips its plan takes (a failed read is
             # looked up, sized and read again), answers within the one deadline.
@@ -171,7 +193,7 @@ def test_mcl2_timeout_fails_a_stuck_command_naming_the_operation(frozen_cluster)
         c.put(key, b"y" * 4096)
     mcl2 = [sys.executable, "-m", "mooncake_cffi.cli.main"]
     where = ["--master", local.master_addr, "--metadata-server", local.metadata_server]
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     try:
         t0 = time.monotonic()
         proc = subprocess.run(
@@ -201,7 +223,7 @@ def test_a_cancelled_async_get_into_keeps_its_buffer_until_mooncake_is_done(froz
         async with mc.AsyncClient(local.client_config()) as ac:
             key = unique("async")
             await ac.put(key, b"z" * 8192)
-            os.kill(pid, signal.SIGSTOP)
+            freeze(pid)
             try:
                 buf = bytearray(8192)
                 with pytest.raises((asyncio.TimeoutError, MooncakeTimeoutError)):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from process_helpers import freeze
 from store_helpers import Memory, setup_args, tag
 
 from mooncake_cffi.cluster import LocalCluster
@@ -92,7 +93,7 @@ def test_a_deadline_from_the_setup_dict_bounds_calls_to_a_frozen_node(make_clust
     try:
         key = tag("frozen")
         assert s.put(key, b"x" * 4096) == 0
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             started = time.monotonic()
             assert s.get(key) == b""  # Mooncake's answer for a value it cannot read
