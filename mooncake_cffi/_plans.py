@@ -109,23 +109,30 @@ class Deadline:
     step gets what the steps before it left (at least 1 ms, so a late step times out
     rather than running unbounded)."""
 
-    __slots__ = ("end", "limit")
+    __slots__ = ("end", "limit", "step_ms")
 
     def __init__(self, limit: float | None, start: float | None = None) -> None:
         """``limit`` seconds from ``start`` (a time.monotonic() reading; default now)."""
         begin = time.monotonic() if start is None else start
         self.limit = limit
         self.end = None if limit is None else begin + limit
+        #: The deadline the last step was given, in the shim's milliseconds (None: none yet).
+        self.step_ms: int | None = None
 
     def left(self) -> float | None:
-        return None if self.end is None else max(0.001, self.end - time.monotonic())
+        """Seconds left for the next step (None: no limit)."""
+        if self.end is None:
+            return None
+        left = max(0.001, self.end - time.monotonic())
+        self.step_ms = max(1, round(left * 1000))
+        return left
 
     def noted(self, exc: MooncakeTimeoutError) -> MooncakeTimeoutError:
         """``exc`` (a step that timed out, whose message gives what the step had left) with
         the call's own deadline added, which is the one the caller set."""
         if self.limit is None or "the call's deadline" in exc.message:
             return exc
-        if f" {max(1, round(self.limit * 1000))} ms" in exc.message:
+        if self.step_ms == max(1, round(self.limit * 1000)):
             return exc  # the step had the whole deadline: the message already names it
         note = f"{exc.message}; the call's deadline: {self.limit:g} s"
         return MooncakeTimeoutError(exc.code, note, exc.results, exc.batch_id)

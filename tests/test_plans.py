@@ -17,7 +17,10 @@ def timed_out(ms: int) -> MooncakeTimeoutError:
 
 
 def test_a_later_step_that_timed_out_names_the_calls_deadline() -> None:
-    noted = Deadline(2.0).noted(timed_out(347))
+    deadline = Deadline(2.0, start=time.monotonic() - 1.6)
+    left = deadline.left()  # a later step: what the earlier ones left
+    assert left is not None and 0.3 < left < 0.41
+    noted = deadline.noted(timed_out(347))
     assert noted.message == "get of 1 key did not finish within 347 ms; the call's deadline: 2 s"
     assert isinstance(noted, TimeoutError) and noted.retryable
     assert noted.batch_id == 7 and noted.results == [MCS_E_TIMEOUT]
@@ -26,7 +29,9 @@ def test_a_later_step_that_timed_out_names_the_calls_deadline() -> None:
 
 def test_a_step_that_had_the_whole_deadline_or_none_is_left_as_it_is() -> None:
     whole = timed_out(2000)
-    assert Deadline(2.0).noted(whole) is whole
+    deadline = Deadline(2.0)
+    deadline.left()  # the first step, at once: all of it
+    assert deadline.step_ms == 2000 and deadline.noted(whole) is whole
     assert Deadline(None).noted(timed_out(347)).message.endswith("within 347 ms")
 
 
