@@ -1,4 +1,5 @@
-"""Helpers of the mcl2 tests: a clean MCL2_* environment, free ports, binary data, the
+"""Helpers of the mcl2 tests: a clean MCL2_* environment (in-process and for the console
+script), free ports, binary data, the
 command tree, the installed console script and the metadata entries a client leaves.
 
 The in-process fixtures (``run``, ``key``) are in conftest.py.
@@ -8,15 +9,18 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from mooncake_cffi.cli import cli
 
+from mooncake_cffi.cluster import LocalCluster
 from mooncake_cffi.metadata import entry_url
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,6 +44,35 @@ def clean_env(**values: str) -> dict[str, str | None]:
     env: dict[str, str | None] = {name: None for name in ENV_VARS}
     env.update(values)
     return env
+
+
+def process_env(**values: str) -> dict[str, str]:
+    """The environment of an ``mcl2`` process: this one's without any MCL2_* variable, plus
+    ``values``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
+    env.update(values)
+    return env
+
+
+def cluster_env(cluster: LocalCluster) -> dict[str, str]:
+    """The MCL2_* variables that point ``mcl2`` at ``cluster`` (master, metadata, admin)."""
+    return {
+        "MCL2_MASTER": cluster.master_addr,
+        "MCL2_METADATA_SERVER": cluster.metadata_server,
+        "MCL2_ADMIN": cluster.metrics_url,
+    }
+
+
+def console(*args: str | bytes, env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess:
+    """The installed ``mcl2`` run with ``args``, in :func:`process_env` plus ``env``."""
+    return subprocess.run(
+        [str(MCL2), *args],
+        capture_output=True,
+        env=process_env(**env),
+        timeout=60,
+        check=False,
+        **kw,
+    )
 
 
 def free_port() -> int:

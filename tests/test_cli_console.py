@@ -3,7 +3,6 @@ with the documented codes, failing fast on a bad master, and leaving no metadata
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -19,6 +18,7 @@ from cli_helpers import (
     clean_env,
     entry_status,
     free_port,
+    process_env,
 )
 from click.testing import CliRunner
 from mooncake_cffi.cli import cli
@@ -30,8 +30,7 @@ from mooncake_cffi.cluster import LocalCluster
 
 
 def console(*args: str, cluster: LocalCluster, input: bytes | None = None) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
-    env.update(MCL2_MASTER=cluster.master_addr, MCL2_METADATA_SERVER=cluster.metadata_server)
+    env = process_env(MCL2_MASTER=cluster.master_addr, MCL2_METADATA_SERVER=cluster.metadata_server)
     return subprocess.run(
         [str(MCL2), *args], input=input, capture_output=True, env=env, timeout=60, check=False
     )
@@ -57,7 +56,7 @@ def test_console_script_is_quiet_and_exits_with_the_documented_codes(
 @pytest.mark.skipif(not MCL2.exists(), reason="the mcl2 console script is not installed")
 def test_console_script_fails_fast_for_an_unreachable_master(cluster: LocalCluster) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
+    env = process_env()
     started = time.monotonic()
     result = subprocess.run(
         [
@@ -86,7 +85,7 @@ def test_console_script_gives_up_on_a_master_that_never_answers(cluster: LocalCl
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         port = silent.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
+        env = process_env()
         started = time.monotonic()
         result = subprocess.run(
             [
@@ -175,8 +174,7 @@ def test_key_prefix_follows_the_metadata_cluster_id(monkeypatch: pytest.MonkeyPa
 @pytest.mark.skipif(not MCL2.exists(), reason="the mcl2 console script is not installed")
 def test_console_script_leaves_no_metadata_entries(cluster: LocalCluster, key: str) -> None:
     """mcl2 exits without Mooncake's teardown; its own entries must still be gone."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
-    env.update(MCL2_MASTER=cluster.master_addr, MCL2_METADATA_SERVER=cluster.metadata_server)
+    env = process_env(MCL2_MASTER=cluster.master_addr, MCL2_METADATA_SERVER=cluster.metadata_server)
     result = subprocess.run(
         [str(MCL2), "-vv", "exists", key], capture_output=True, env=env, timeout=60, check=False
     )

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import MCL2, entry_status
+from cli_helpers import MCL2, cluster_env, entry_status, process_env
 from click.testing import CliRunner
 from mooncake_cffi.cli import cli
 from mooncake_cffi.cli.errors import (
@@ -49,13 +49,7 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
 
 
 def env_for(cluster: LocalCluster) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
-    env.update(
-        MCL2_MASTER=cluster.master_addr,
-        MCL2_METADATA_SERVER=cluster.metadata_server,
-        MCL2_ADMIN=cluster.metrics_url,
-    )
-    return env
+    return process_env(**cluster_env(cluster))
 
 
 # -- a closed output pipe ------------------------------------------------------------------

@@ -3,7 +3,6 @@ and shell completion."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from cli_helpers import (
     clean_env,
     command_for,
     command_paths,
+    process_env,
 )
 from click.testing import CliRunner
 from mooncake_cffi.cli import cli
@@ -168,8 +168,7 @@ def test_completion_prints_the_script_for_each_shell(shell: str) -> None:
 @pytest.mark.skipif(not MCL2.exists(), reason="the mcl2 console script is not installed")
 def test_the_console_script_completes_commands_and_cluster_roles(cluster: LocalCluster) -> None:
     def complete(words: str) -> list[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MCL2_")}
-        env.update(
+        env = process_env(
             _MCL2_COMPLETE="bash_complete",
             COMP_WORDS=words,
             COMP_CWORD=str(len(words.split()) - 1),
