@@ -11,6 +11,7 @@ verifies values (``integrity``), whose shim tells that from each key's trailer.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,12 +36,16 @@ class Values:
     Without an L1 region registered with ``native``, values go straight from and into
     Python memory; with one, through the L1 staging area, created on first use over the
     owner's zero-copy calls.
+
+    The owner is held through a weak proxy: the client holds this object, and a cycle
+    between them would keep a dropped client (its Mooncake client and memory segment)
+    alive until the garbage collector's next pass, where Mooncake's own class goes at once.
     """
 
     def __init__(self, calls: BlockingCalls, native: NativeClient, owner: Any) -> None:
         self.calls = calls
         self.native = native
-        self.owner = owner
+        self.owner = weakref.proxy(owner)
         self.note = segment_note(native.config)  # NO_AVAILABLE_HANDLE's words on the segment
         #: With ``integrity`` on, the shim tells the first writer itself (from the trailer's
         #: nonce, 16 bytes read back): no read-back of whole values here.

@@ -224,3 +224,69 @@ def test_our_keys_from_the_environment_serve_the_positional_form(
         monkeypatch.setenv("MOONCAKE_CFFI_STORE_OPTIONS", bad)
         with pytest.raises(ValueError, match="MOONCAKE_CFFI_STORE_OPTIONS"):
             MooncakeDistributedStore().setup(*setup_args(cluster))
+
+
+def test_a_store_dropped_without_close_unmounts_its_segment_at_once(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """Mooncake's class tears its client down when its last reference goes; so must ours,
+    without waiting for a garbage-collector pass (a reference cycle would keep the client
+    and its segment: values would go on landing in memory its owner has let go of)."""
+    import gc
+
+    from mooncake_cffi import AsyncClient, Client
+    from mooncake_cffi.admin import AdminClient
+
+    local = make_cluster("32 MB").start()
+    admin = AdminClient(local.metrics_url)
+    alone = admin.segment_names()
+
+    def segments_return_to_the_storage_node() -> bool:
+        deadline = time.monotonic() + 5
+        while admin.segment_names() != alone and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return admin.segment_names() == alone
+
+    def drop_store(make: Callable[[], Any]) -> None:
+        store = make()
+        assert (
+            store.setup(
+                "127.0.0.1", local.metadata_server, 16 * MIB, MIB, "tcp", "", local.master_addr
+            )
+            == 0
+        )
+        key = tag("dropped")
+        assert store.put(key, b"v" * 5000) == 0 and store.get(key) == b"v" * 5000
+        assert len(admin.segment_names()) == len(alone) + 1
+
+    cfg = local.client_config(global_segment_size="16 MB")
+
+    def drop_client() -> None:
+        c = Client(cfg, op_timeout=5)
+        c.put(tag("c"), b"v")
+        assert c.batch_get([tag("c"), tag("c")]) == [None, None]
+        assert len(admin.segment_names()) == len(alone) + 1
+
+    def drop_async_client() -> None:
+        import asyncio
+
+        async def use() -> None:
+            ac = AsyncClient(cfg)
+            await ac.put(tag("a"), b"v")
+            assert await ac.get(tag("a")) is None
+
+        asyncio.run(use())
+
+    gc.collect()
+    gc.disable()
+    try:
+        for name, drop in (
+            ("Mooncake's store", lambda: drop_store(ms.MooncakeDistributedStore)),
+            ("the drop-in", lambda: drop_store(MooncakeDistributedStore)),
+            ("Client", drop_client),
+            ("AsyncClient", drop_async_client),
+        ):
+            drop()
+            assert segments_return_to_the_storage_node(), f"{name}: {admin.segment_names()}"
+    finally:
+        gc.enable()
