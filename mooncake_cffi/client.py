@@ -154,8 +154,8 @@ class Client:
         Batches that timed-out calls left running are finished first, so no buffer they
         use is written after this returns.  A client of HA masters (``etcd://``) returns
         within about 1 s and leaves the end of Mooncake's teardown (its leader monitor's
-        wait, up to 30 s, then the segment's unmount) to a background thread.
-        """
+        wait, up to 30 s, then the segment's unmount) to a background thread.  Also run
+        when the client's last reference goes, and at exit."""
         self._native.close()  # ends every batch, timed-out ones included
         if self._values.area is not None:
             self._values.area.close()
