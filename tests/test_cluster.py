@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import MIB, pid_gone, put_and_get
+from cluster_helpers import MIB, put_and_get
+from process_helpers import pid_gone
 
 from mooncake_cffi.admin import AdminClient
 from mooncake_cffi.cluster import ClusterError, LocalCluster, find_binary, parse_size
+from mooncake_cffi.cluster._procs import proc_stat
 
 # -- no processes needed -------------------------------------------------------------------
 
@@ -123,8 +125,9 @@ def _write_private(path: Path, data: dict) -> None:
 
 
 def _start_ticks(pid: int) -> int:
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    return int(raw[raw.rfind(")") + 2 :].split()[19])
+    stat = proc_stat(pid)
+    assert stat is not None, f"no process {pid}"
+    return stat[1]
 
 
 @pytest.mark.parametrize("case", ["null_ticks", "wrong_token", "no_token"])

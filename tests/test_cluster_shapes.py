@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import MIB, pid_gone, put_and_get
+from cluster_helpers import MIB, put_and_get
+from process_helpers import pid_gone
 
 from mooncake_cffi.cluster import LocalCluster
 
