@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import clean_env
+from cli_helpers import clean_env, cluster_env
 from click.testing import CliRunner, Result
 from mooncake_cffi.cli import cli
 
@@ -114,13 +114,10 @@ def pytest_runtest_makereport(
 
 @pytest.fixture
 def run(cluster: LocalCluster, tmp_path: Path):
-    """Invoke mcl2 in-process against the session cluster (through MCL2_* variables)."""
+    """Invoke mcl2 in-process against the session cluster (through MCL2_* variables: its
+    master, metadata server and admin API)."""
     runner = CliRunner()
-    env = clean_env(
-        MCL2_MASTER=cluster.master_addr,
-        MCL2_METADATA_SERVER=cluster.metadata_server,
-        MCL2_STATE_DIR=str(tmp_path / "no-state"),
-    )
+    env = clean_env(**cluster_env(cluster), MCL2_STATE_DIR=str(tmp_path / "no-state"))
 
     def invoke(*args: str, input: bytes | str | None = None, **extra_env: str) -> Result:
         return runner.invoke(cli, list(args), input=input, env={**env, **extra_env})

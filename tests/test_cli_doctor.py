@@ -12,23 +12,13 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import MCL2, clean_env, console
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from mooncake_cffi.cli import cli
 from mooncake_cffi.cli.errors import EXIT_ERROR, EXIT_OK
 
 from mooncake_cffi.cluster import LocalCluster
 
 needs_console = pytest.mark.skipif(not MCL2.exists(), reason="mcl2 is not installed")
-
-
-@pytest.fixture
-def run(run: Callable[..., Result], cluster: LocalCluster) -> Callable[..., Result]:
-    """conftest's in-process mcl2, with the session cluster's admin API in MCL2_ADMIN."""
-
-    def invoke(*args: str, input: bytes | str | None = None) -> Result:
-        return run(*args, input=input, MCL2_ADMIN=cluster.metrics_url)
-
-    return invoke
 
 
 # -- doctor --------------------------------------------------------------------------------
