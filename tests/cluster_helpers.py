@@ -1,7 +1,9 @@
-"""Helpers of the cluster tests: a round trip through Mooncake's own Python client."""
+"""Helpers of the cluster tests: a round trip through Mooncake's own Python client, and
+whether a process is gone."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 MIB = 1 << 20
@@ -19,3 +21,11 @@ def put_and_get(config: dict[str, Any], key: str, value: bytes) -> bytes:
         return store.get(key)
     finally:
         store.close()
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return state[state.rfind(")") + 2] in "ZX"

@@ -1,6 +1,4 @@
-"""The tests' view of processes: whether one is gone, freezing one (SIGSTOP) until every
-thread of it is stopped, and waiting for a forked child with a bound.  ``/proc`` is read
-through the cluster package's own :func:`~mooncake_cffi.cluster._procs.proc_stat`."""
+"""Freezing a process of a local cluster (SIGSTOP) and knowing when it is frozen."""
 
 from __future__ import annotations
 
@@ -8,24 +6,16 @@ import os
 import signal
 import time
 
-import pytest
-
-from mooncake_cffi.cluster._procs import proc_stat
-
-
-def pid_gone(pid: int) -> bool:
-    """True if ``pid`` has exited (no such process, or a zombie not yet reaped)."""
-    stat = proc_stat(pid)
-    return stat is None or stat[0] in "ZX"
-
 
 def thread_states(pid: int) -> list[str]:
     """The scheduler state letter of each thread of ``pid`` (``T``: stopped)."""
     states = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        stat = proc_stat(int(task))  # a thread id has its /proc entry too
-        if stat is not None:  # else the thread ended meanwhile
-            states.append(stat[0])
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            continue  # the thread ended meanwhile
     return states
 
 
@@ -40,17 +30,3 @@ def freeze(pid: int) -> None:
             return
         time.sleep(0.002)
     raise AssertionError(f"storage node {pid} did not stop within 10 s: {thread_states(pid)}")
-
-
-def wait_child(pid: int, what: str, seconds: float = 20) -> int:
-    """The wait status of the forked child ``pid``; if it has not exited within ``seconds``
-    it is killed and reaped, and the test fails saying ``what`` hung."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"{what} hung")

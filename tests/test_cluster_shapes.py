@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import MIB, put_and_get
-from process_helpers import pid_gone
+from cluster_helpers import MIB, pid_gone, put_and_get
 
 from mooncake_cffi.cluster import LocalCluster
 

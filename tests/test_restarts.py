@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from process_helpers import pid_gone
 
 from mooncake_cffi import Client, MooncakeError
 from mooncake_cffi.cluster import ClusterError, LocalCluster
@@ -279,12 +278,20 @@ def test_restart_of_the_master_from_the_state_file_serves_when_it_returns(make_c
         assert "master" in loaded.stop()  # the first object does not know the new process
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
 def _processes_with(cluster: LocalCluster, role: str) -> int:
     """How many live processes carry ``role``'s marker (its port flag) and the cluster's binary."""
     proc = cluster.procs[role]
     count = 0
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or pid_gone(int(entry.name)):
+        if not entry.name.isdigit() or not _pid_alive(int(entry.name)):
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
