@@ -108,10 +108,9 @@ void Lane::take(const Tile &t) {
     if (small(t)) small_running_[t.batch->op]++;
 }
 
-bool Lane::give(const Tile &t) {
+void Lane::give(const Tile &t) {
     running_--;
     if (small(t)) small_running_[t.batch->op]--;
-    return !queue_.empty();
 }
 
 bool Lane::try_take_slot(const Tile &t) {
@@ -124,13 +123,11 @@ bool Lane::try_take_slot(const Tile &t) {
 }
 
 void Lane::release_slot(const Tile &t) {
-    bool wake;
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        wake = give(t);
-    }
-    // Waking an idle worker for nothing costs a context switch per call.
-    if (wake) cv_work_.notify_one();
+    // Waking an idle worker for nothing costs a context switch per call, so
+    // only when something is queued (or a stopping lane drained).
+    std::lock_guard<std::mutex> lk(mu_);
+    give(t);
+    wake_after_give();
 }
 
 std::deque<Tile>::iterator Lane::next_runnable() {
@@ -153,7 +150,7 @@ bool Lane::enter_direct(int op, bool small) {
 }
 
 void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
-    bool wake_work, wake_space;
+    bool wake_space;
     {
         std::lock_guard<std::mutex> lk(mu_);
         pending_--;
@@ -163,10 +160,9 @@ void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
         hist_.add(latency_us);
         running_--;
         if (small) small_running_[op]--;
-        wake_work = !queue_.empty();
+        wake_after_give();
         wake_space = space_waiters_ > 0;
     }
-    if (wake_work) cv_work_.notify_one();
     if (wake_space) cv_space_.notify_one();
 }
 
@@ -214,8 +210,20 @@ void Lane::worker_loop() {
         lk.lock();
         running_--;
         if (was_small) small_running_[op]--;
-        if (!queue_.empty()) cv_work_.notify_one();
+        wake_after_give();
     }
+}
+
+// mu_ held.  A tile just stopped running: wake a worker for what is queued
+// (it may have been waiting for this tile's small read to end).  When a
+// stopping lane has drained, every worker asleep on a queue it could not run
+// from must see the drain and leave: stop() woke them once, before the queue
+// emptied, and nothing else would.
+void Lane::wake_after_give() {
+    if (!queue_.empty())
+        cv_work_.notify_one();
+    else if (stopping_)
+        cv_work_.notify_all();
 }
 
 void Lane::gather_mergeable(Tile &first, std::vector<Tile> &group) {

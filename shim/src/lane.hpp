@@ -116,7 +116,8 @@ private:
     bool small(const Tile &t) const;
     bool runnable(const Tile &t) const;
     void take(const Tile &t);  // mu_ held: counts a running tile
-    bool give(const Tile &t);  // mu_ held: uncounts it; true if work is queued
+    void give(const Tile &t);  // mu_ held: uncounts it
+    void wake_after_give();    // mu_ held: wakes the workers a freed slot concerns
     // The first queued tile that may run now (mu_ held), or queue_.end().
     std::deque<Tile>::iterator next_runnable();
     // Moves the queued tiles that can share `first`'s Mooncake call into
