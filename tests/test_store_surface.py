@@ -19,6 +19,7 @@ import mooncake_cffi.replica
 import mooncake_cffi.store as store_module
 from mooncake_cffi.cluster import LocalCluster
 from mooncake_cffi.store import MooncakeDistributedStore
+from mooncake_cffi.store.unset import UNSUPPORTED
 
 ms = pytest.importorskip("mooncake.store")
 THEIRS = ms.MooncakeDistributedStore
@@ -75,7 +76,7 @@ def _mooncake_params(name: str) -> list[tuple[str, str | None]]:
     return out
 
 
-SUPPORTED = sorted(_public(OURS) - set(store_module.UNSUPPORTED) - {"client", "setup"})
+SUPPORTED = sorted(_public(OURS) - set(UNSUPPORTED) - {"client", "setup"})
 
 
 @pytest.mark.parametrize("name", SUPPORTED)
@@ -100,11 +101,11 @@ def test_parameters_and_defaults_are_mooncakes(name: str) -> None:
             assert repr(p.default) == tdefault, (name, p, tdefault)
 
 
-@pytest.mark.parametrize("name", sorted(store_module.UNSUPPORTED))
+@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
 def test_an_unsupported_method_names_the_nearest_supported_call(name: str) -> None:
     with pytest.raises(NotImplementedError, match=re.escape(name)) as exc:
         getattr(OURS(), name)("k", 1, 2)
-    assert store_module.UNSUPPORTED[name] in str(exc.value)
+    assert UNSUPPORTED[name] in str(exc.value)
 
 
 def test_setup_with_a_shared_engine_is_refused_by_name() -> None:
