@@ -27,12 +27,7 @@ PACKAGE = ROOT / "mooncake_cffi"
 #: The folder of the C boundary: its modules may call ``lib.mcs_*``, and so may the public
 #: raw C ABI (``capi.py``).
 CAPI = PACKAGE / "_capi"
-LIB_MODULES = {
-    PACKAGE / "capi.py",
-    PACKAGE / "_core" / "blocking.py",
-    PACKAGE / "_core" / "batches.py",
-    PACKAGE / "store" / "calls.py",
-}
+LIB_MODULES = {PACKAGE / "capi.py"}
 
 #: Layers, lowest first: a module may import its own layer and those below, never above.
 #: The pure modules are the bottom; the faces the top (everything not named here).

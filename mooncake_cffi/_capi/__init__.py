@@ -4,6 +4,9 @@
 * :mod:`.binding` loads ``libmcs.so`` (``ffi``, ``lib``), checks its ABI version, hands it
   Mooncake's ``store.so``, and turns a status code into an exception (:func:`.binding.check`);
 * :mod:`.native` owns one shim client handle and its life (:class:`.native.NativeClient`);
+* :mod:`.runner` makes every data and batch call of a client, for the blocking driver and
+  the drop-in alike (:class:`.runner.Runner`), and :mod:`.completion` is what a finished
+  batch reads as;
 * :mod:`.marshal` packs keys, buffers and results into ``mcs_batch`` structs;
 * :mod:`.pointers` turns buffers and addresses into cdata;
 * :mod:`.replica_options` carries a ReplicateConfig across as ``mcs_replica_options``;

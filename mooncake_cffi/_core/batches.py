@@ -13,21 +13,13 @@ left with the shim.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._capi.binding import check, ffi, lib
-from .._capi.marshal import Packed, as_list, gather_values, refused
+from .._capi.completion import Completion
+from .._capi.marshal import Packed, as_list
 from .._capi.native import NativeClient
-from ..status import (
-    FLAG_FORCE,
-    FLAG_SKIP_EXISTING,
-    MCS_E_TIMEOUT,
-    OP_CODES,
-    OP_GET,
-    OP_GET_BUFFER,
-    OPS,
-)
+from .._capi.runner import Runner
+from ..status import FLAG_FORCE, FLAG_SKIP_EXISTING, OP_CODES, OP_GET, OPS
 from .plans import Step
 
 if TYPE_CHECKING:
@@ -35,44 +27,18 @@ if TYPE_CHECKING:
 
 __all__ = ["Batches", "Completion"]
 
-_COMPLETION_SIZE = ffi.sizeof("struct mcs_completion")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A finished batch, as returned by :meth:`Client.drain`.
-
-    ``results`` holds one value per key (see the method that submitted it); ``status``
-    is 0 or the first per-key error (a missing key is reported only in its result);
-    ``message`` explains a non-zero status.  ``values`` holds the bytes read by a
-    ``get_buffer`` batch (None for a key it did not read), else None.  ``ran`` is
-    False when the batch as a whole did not run (``status`` then says why).
-    """
-
-    id: int
-    op: str
-    status: int
-    results: list[int]
-    n_failed: int
-    message: str
-    values: list[bytes | None] | None = None
-    user_data: Any = None
-    ran: bool = True
-
-    @property
-    def ok(self) -> bool:
-        """True when the batch ran and no key failed."""
-        return self.status == 0
-
 
 class Batches:
     """Submitting batches to a client's lanes and draining their completions.
 
-    Created by the client (``client.batches``); thread-safe.
+    Created by the client (``client.batches``); thread-safe.  Its shim calls go through
+    the client's :class:`~_capi.runner.Runner` (``runner``), which it makes.
     """
 
     def __init__(self, native: NativeClient) -> None:
         self.native = native
+        #: The client's shim calls, shared with its blocking driver.
+        self.runner = Runner(native)
 
     def submit(
         self,
@@ -125,55 +91,11 @@ class Batches:
             writable=writable,
             replicate_config=step.replicate_config,
         )
-        native = self.native
-        idp = native.thread().idp
-        with native.lock:  # registered before the completion can be drained
-            rc = lib.mcs_client_submit(native.checked(), idp, packed.batch)
-            if rc < 0:
-                raise refused(rc, packed.keys)
-            batch_id = int(idp[0])
-            native.pending[batch_id] = (packed, user_data)
-        return batch_id
+        return self.runner.submit(packed, user_data)
 
     def drain(self, max_items: int = 1024) -> list[Completion]:
         """Completions of finished batches (never blocks); resets the eventfd."""
-        native = self.native
-        handle = native.handle
-        if handle is None:
-            return []
-        out = ffi.new("struct mcs_completion[]", max_items)
-        if max_items > 0:
-            out[0].struct_size = _COMPLETION_SIZE  # the array's stride (see mcs_client_drain)
-        done: list[Completion] = []
-        with native.lock:
-            k = check(lib.mcs_client_drain(handle, out, max_items))
-            for i in range(k):
-                c = out[i]
-                bid = int(c.id)
-                if c.timed_out:  # a blocking call gave up on it: nobody to tell
-                    native.orphans.pop(bid, None)
-                    lib.mcs_client_release(handle, bid)
-                    continue
-                packed, user = native.pending.pop(bid, (None, None))
-                results = packed.unpack() if packed is not None else []
-                values = None
-                if c.op == OP_GET_BUFFER and packed is not None and c.status == 0:
-                    values = gather_values(packed, results)
-                    lib.mcs_client_release(handle, bid)
-                done.append(
-                    Completion(
-                        id=bid,
-                        op=OPS[c.op],
-                        status=int(c.status or c.first_error),
-                        results=results,
-                        n_failed=int(c.n_failed),
-                        message=ffi.string(c.message).decode("utf-8", "replace"),
-                        values=values,
-                        user_data=user,
-                        ran=c.status == 0,
-                    )
-                )
-        return done
+        return self.runner.drain(max_items)
 
     def fileno(self) -> int:
         """The completion eventfd (non-blocking, close-on-exec, owned by the client):
@@ -186,17 +108,12 @@ class Batches:
         When batches are pending, their completions are someone else's to drain (draining
         reaps the orphans then); otherwise this drains.
         """
-        if not self.native.pending:
-            self.drain()
+        self.runner.reap()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a completion is waiting (True) or ``timeout`` seconds pass (False)."""
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        rc = lib.mcs_client_wait(self.native.checked(), ms)
-        if rc == MCS_E_TIMEOUT:
-            return False
-        check(rc)
-        return True
+        return self.runner.wait(ms)
 
     def finished(self, batch_id: int) -> bool:
         """True once batch ``batch_id`` (submitted, or a blocking call's that timed out) has

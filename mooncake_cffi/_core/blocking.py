@@ -1,14 +1,14 @@
 """How a blocking call runs: its deadline, one shim call per batch, plans, retries.
 
-:class:`BlockingCalls` takes a :class:`~_capi.native.NativeClient` and turns one operation into
-one shim call: ``mcs_client_run_one`` for a single key, ``mcs_client_run_keys`` for a batch
-of keys only, ``mcs_client_run`` for the rest, through the calling thread's reused memory
-when it can (no deadline, nothing re-entering) and a private :class:`~_capi.marshal.Packed` batch
-otherwise.  It
-drives multi-step plans (:mod:`_core.plans`) within the call's deadline as a whole, retries
-per-key failures per the client's :class:`~mooncake_cffi.RetryPolicy`, and keeps what a
-timed-out call left with the shim alive until its batch completes (the client's
-``orphans``, freed by :meth:`~.batches.Batches.reap`).
+:class:`BlockingCalls` turns one operation into one call of the client's
+:class:`~_capi.runner.Runner` (which the drop-in shares): one key, keys only, or a filled
+batch, through the calling thread's reused memory when it can (no deadline, nothing
+re-entering) and a private :class:`~_capi.marshal.Packed` batch otherwise; a refusal raises
+the error of its code.  It drives multi-step plans (:mod:`_core.plans`) within the call's
+deadline as a whole and retries per-key failures per the client's
+:class:`~mooncake_cffi.RetryPolicy`; what a timed-out call left with the shim stays alive
+until its batch completes (the client's ``orphans``, freed by
+:meth:`~.batches.Batches.reap`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from .._capi import binding
-from .._capi.binding import ffi, lib
+from .._capi.binding import ffi
 from .._capi.marshal import (
     Packed,
     ReusedBatch,
@@ -31,19 +30,11 @@ from .._capi.marshal import (
     results_list,
 )
 from .._capi.native import NativeClient
-from ..errors import (
-    ClosedError,
-    InvalidArgumentError,
-    MooncakeError,
-    MooncakeTimeoutError,
-    error_for,
-)
+from ..errors import InvalidArgumentError, MooncakeError, MooncakeTimeoutError, error_for
 from ..retry import RetryPolicy
 from ..status import (
     INVALID_PARAMS,
-    MCS_E_CLOSED,
     MCS_E_INVALID_ARG,
-    MCS_E_TIMEOUT,
     OBJECT_NOT_FOUND,
     OP_GET,
     OP_GET_BUFFER,
@@ -60,13 +51,6 @@ __all__ = ["BlockingCalls", "NEEDS_PLAN"]
 
 def _list(sizes: Sequence[int] | None) -> list[int] | None:
     return None if sizes is None else list(sizes)
-
-
-def _refusal(native: NativeClient, rc: int) -> Exception:
-    """The error of a call the shim refused (a closed client's: ClosedError)."""
-    if native.handle is None:
-        return ClosedError(MCS_E_CLOSED, "the client is closed")
-    return error_for(rc, binding.last_error())
 
 
 #: What :meth:`BlockingCalls.get_small` returns when the value needs the full get plan.
@@ -89,6 +73,7 @@ class BlockingCalls:
     ) -> None:
         self.native = native
         self.batches = batches
+        self.runner = batches.runner
         self.op_timeout = op_timeout
         self.retry = retry
 
@@ -110,38 +95,13 @@ class BlockingCalls:
         has a deadline (the shim may keep a timed-out batch), timed-out batches wait to be
         reaped, or the reused batch is in use (a finalizer or signal handler calling in
         mid-call).  Every call path asks here; it is on the hot path of every small call."""
-        native = self.native
-        try:
-            rb: ReusedBatch = native.tls.state.batch
-        except AttributeError:
-            rb = native.thread().batch
-        if (
-            (self.op_timeout if timeout is DEFAULT else timeout) is not None
-            or native.orphans
-            or rb.busy
-        ):
-            return None
-        return rb
+        return self.runner.reused((self.op_timeout if timeout is DEFAULT else timeout) is not None)
 
     # ------------------------------------------------------- one shim call
 
     def run_packed(self, packed: Packed, timeout: Timeout = DEFAULT, what: str = "") -> int:
         """Run a packed batch; its id (for GET_BUFFER's release).  Raises if it did not run."""
-        native = self.native
-        if native.orphans:
-            self.batches.reap()
-        packed.batch.timeout_ms = self.deadline_ms(timeout)
-        idp = native.thread().idp
-        rc = lib.mcs_client_run(native.checked(), idp, packed.batch)
-        if rc == 0:
-            return int(idp[0])
-        msg = binding.last_error()
-        if rc == MCS_E_TIMEOUT:
-            batch_id = int(idp[0])
-            with native.lock:  # the shim still uses the batch: keep it until it completes
-                native.orphans[batch_id] = packed
-            raise MooncakeTimeoutError(rc, f"{what + ': ' if what else ''}{msg}", None, batch_id)
-        raise refused(rc, packed.keys)
+        return self.runner.run_packed(packed, self.deadline_ms(timeout), what)
 
     def run(
         self,
@@ -183,16 +143,11 @@ class BlockingCalls:
             size = len(cbuf) if sizes is None else checked_sizes(sizes, [len(cbuf)])[0]
             results = [self.one(op, keys[0], timeout, flags, cbuf, size)]
         else:
-            rb.busy = True
-            try:
-                keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
-                rc = lib.mcs_client_run(self.native.checked(), ffi.NULL, rb.batch)
-                del keep
-                if rc:
-                    raise refused(rc, keys)
-                results = results_list(rb.results, len(keys))
-            finally:
-                rb.busy = False
+            rc, results = self.runner.filled(
+                rb, op, keys, flags, buffers, sizes, writable, replicate_config
+            )
+            if rc:
+                raise refused(rc, keys)
         if retrying and self.retry is not None and results and min(results) < 0:
             bufs = None if buffers is None else list(buffers)
             step = Step(op, keys, bufs, flags, replicate_config, _list(sizes))
@@ -216,7 +171,6 @@ class BlockingCalls:
         """
         # The hot path of every small call: few Python operations, each of them costly
         # right after a round trip has left the caches cold.
-        native = self.native
         rb = self.reused(timeout)
         if rb is None:
             packed = Packed(
@@ -240,15 +194,10 @@ class BlockingCalls:
             buf, size = ffi.NULL, 0
         elif size is None:
             size = len(buf)
-        results = rb.results
-        rb.busy = True
-        try:
-            rc = lib.mcs_client_run_one(native.handle, results, op, flags, kb, len(kb), buf, size)
-        finally:
-            rb.busy = False
+        rc, result = self.runner.one(rb, op, kb, flags, buf, size)
         if rc:
-            raise _refusal(native, rc)
-        return results[0]  # type: ignore[no-any-return]
+            raise self.runner.refusal(rc)
+        return result
 
     def keys_call(
         self,
@@ -265,32 +214,21 @@ class BlockingCalls:
         or, when :meth:`reused` says so, through a private batch.
         """
         n = len(keys)
-        native = self.native
         rb = self.reused(timeout)
         if rb is None:
             packed = Packed(op, keys, flags=flags)
             self.run_packed(packed, timeout, OPS[op])
             answer = convert(packed.results, n)
             return answer, (None if answer is not None else packed.unpack())
-        # The packed keys go to mcs_client_run_keys as they are (cffi passes a bytes object's own
-        # buffer, NUL-terminated); the outcomes land in the thread's results array.
-        handle = native.handle
-        if handle is None:
-            native.checked()  # raises ClosedError
-        packed_keys = pack_keys(keys)
-        rb.busy = True
-        try:
-            if n > rb.cap:
-                rb.grow(n)
-            rc = lib.mcs_client_run_keys(
-                handle, rb.results, op, flags, packed_keys, len(packed_keys) + 1, n
-            )
-            if rc:
-                raise refused(rc, keys)
-            answer = convert(rb.results, n)
-            return answer, (None if answer is not None else results_list(rb.results, n))
-        finally:
-            rb.busy = False
+        # The packed keys go to the shim as they are (cffi passes a bytes object's own
+        # buffer, NUL-terminated); the outcomes land in the thread's results array, read
+        # here before this thread's next call can reuse it.
+        if self.native.handle is None:
+            self.native.checked()  # raises ClosedError
+        rc, answer, raw = self.runner.keys(rb, op, pack_keys(keys), n, flags, convert)
+        if rc:
+            raise refused(rc, keys)
+        return answer, raw
 
     def keys_list(
         self, op: int, keys: list[Any], flags: int, timeout: Timeout, retrying: bool = True
@@ -307,31 +245,26 @@ class BlockingCalls:
 
     def remove_all(self, force: bool) -> int:
         """Mooncake's removeAll: every key of the cluster; how many were removed."""
-        out = ffi.new("int64_t *")
-        rc = lib.mcs_client_remove_all(self.native.handle, out, 1 if force else 0)
+        rc, removed = self.runner.remove_all(force)
         if rc:
-            raise _refusal(self.native, rc)
-        return int(out[0])
+            raise self.runner.refusal(rc)
+        return removed
 
     def remove_by_regex(self, pattern: str, force: bool) -> int:
         """Mooncake's removeByRegex: the keys ``pattern`` (ECMAScript) matches; the count."""
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
-        out = ffi.new("int64_t *")
-        rc = lib.mcs_client_remove_by_regex(
-            self.native.handle, out, pattern.encode(), 1 if force else 0
-        )
+        rc, removed = self.runner.remove_by_regex(pattern.encode(), force)
         if rc:
-            raise _refusal(self.native, rc)
-        return int(out[0])
+            raise self.runner.refusal(rc)
+        return removed
 
     def health_check(self) -> int:
         """Mooncake's health_check: 0 healthy, 1 not set up (or closed), 2 unhealthy."""
-        out = ffi.new("int *")
-        rc = lib.mcs_client_health_check(self.native.handle, out)
+        rc, health = self.runner.health_check()
         if rc:
-            raise _refusal(self.native, rc)
-        return int(out[0])
+            raise self.runner.refusal(rc)
+        return health
 
     # ------------------------------------------------------------ retries
 
@@ -379,24 +312,11 @@ class BlockingCalls:
         """One step of a plan: GET_BUFFER values as bytes, else per-key results."""
         op, keys, bufs, flags, replicate_config, sizes = step
         if op == OP_GET_BUFFER:
-            packed = Packed(op, keys)
-            native = self.native
-            if left is None and not native.orphans and native.handle is not None:
-                # No deadline: straight to the shim, as run_packed would, minus its checks.
-                try:
-                    idp = native.tls.state.idp
-                except AttributeError:
-                    idp = native.thread().idp
-                rc = lib.mcs_client_run(native.handle, idp, packed.batch)
-                if rc:
-                    raise refused(rc, keys)
-                batch_id = int(idp[0])
-            else:
-                batch_id = self.run_packed(packed, left, "get")
+            packed, batch_id = self.runner.get_buffer(keys, self.deadline_ms(left))
             try:
                 return gather_values(packed, packed.unpack())
             finally:
-                lib.mcs_client_release(self.native.handle, batch_id)
+                self.runner.release(batch_id)
         if bufs is None:
             return self.keys_list(op, keys, flags, left, retrying)
         # A GET step's buffers are the plan's own fresh bytes objects, filled in place (the
@@ -418,17 +338,23 @@ class BlockingCalls:
         larger than the buffer, a deadline, the buffer in use, a retryable failure."""
         if self.deadline_ms(timeout):
             return NEEDS_PLAN
-        state = self.native.thread()
-        if state.scratch_busy:  # a finalizer or signal handler called in mid-get
+        runner = self.runner
+        rb = runner.reused(False)
+        state = runner.state()
+        if rb is None or state.scratch_busy:  # a finalizer or signal handler called mid-get
             return NEEDS_PLAN
-        data = state.scratch
-        state.scratch_busy = True
-        try:
-            r = self.one(OP_GET, key, timeout, 0, data)
-            if r >= 0:
-                return ffi.unpack(data, r)
-        finally:
-            state.scratch_busy = False
+        if type(key) is str:
+            try:
+                kb = key.encode()
+            except UnicodeEncodeError:
+                kb = encode_key(key, 0)  # raises, naming the key
+        else:
+            kb = encode_key(key, 0)
+        rc, r = runner.get_scratch(rb, state, kb)
+        if rc:
+            raise runner.refusal(rc)
+        if type(r) is bytes:
+            return r
         if r == OBJECT_NOT_FOUND:
             return None
         # Larger than the scratch buffer, or an error the retry policy may retry.

@@ -19,13 +19,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._capi.binding import ffi, lib
-from .._capi.marshal import Packed, address, gather_values, pack_keys, refused
-from .._capi.native import SCRATCH_BYTES
+from .._capi.binding import ffi
+from .._capi.marshal import Packed, address, gather_values, pack_keys
 from .._capi.pointers import ranges_struct, staging_area
+from .._capi.runner import Runner
 from .._core.types import DEFAULT
 from ..errors import MooncakeError
-from ..status import OP_GET, OP_GET_BUFFER, OP_PUT, OP_UPSERT
+from ..status import OP_GET, OP_PUT, OP_UPSERT
 from . import repair
 from .buffer_handles import handles
 from .repair import Failed, code_of
@@ -34,10 +34,6 @@ __all__ = ["StoreCalls", "code_of"]
 
 INVALID_PARAMS = -600
 
-_run_one = lib.mcs_client_run_one
-_run_keys = lib.mcs_client_run_keys
-_run = lib.mcs_client_run
-_release = lib.mcs_client_release
 _NULL = ffi.NULL
 _unpack = ffi.unpack
 _from_buffer = ffi.from_buffer
@@ -58,6 +54,8 @@ class StoreCalls:
         self.client = client
         self.native = client._native
         self.calls = client._calls
+        #: The client's shim calls, which its blocking driver makes too.
+        self.runner: Runner = client.batches.runner
         self.values = client._values
         self.staged = staged
         self.copies = copies
@@ -96,20 +94,14 @@ class StoreCalls:
 
     def one(self, op: int, key: Any, flags: int = 0, buf: Any = _NULL, size: int = 0) -> int:
         """One key through ``mcs_client_run_one``: its result, or Mooncake's code."""
-        native = self.native
         rb = self.calls.reused(DEFAULT)
         if rb is None:
             return self._one_private(op, key, flags, buf, size)
         kb = key.encode() if type(key) is str else repair.key_bytes(key)
-        results = rb.results
-        rb.busy = True
-        try:
-            rc = _run_one(native.handle, results, op, flags, kb, len(kb), buf, size)
-        finally:
-            rb.busy = False
+        rc, result = self.runner.one(rb, op, kb, flags, buf, size)
         if rc:
             return repair.one_refused(rc, op, kb)
-        return results[0]  # type: ignore[no-any-return]
+        return result
 
     def _one_private(self, op: int, key: Any, flags: int, buf: Any, size: int) -> int:
         """One key through a private batch (a deadline; re-entry): the batch keeps ``buf``
@@ -135,34 +127,15 @@ class StoreCalls:
         that buffer) through Mooncake's local buffer (:meth:`get_values`)."""
         if not self.copies:
             return b""
-        native = self.native
-        try:
-            state = native.tls.state
-        except AttributeError:
-            state = native.thread()
-        rb = state.batch
-        if (
-            self.calls.op_timeout is not None
-            or self.staged
-            or native.orphans
-            or rb.busy
-            or state.scratch_busy
-        ):
+        runner = self.runner
+        rb = runner.reused(self.calls.op_timeout is not None)
+        state = runner.state()
+        if rb is None or self.staged or state.scratch_busy:
             return self._get_values([key])[0]
         kb = key.encode() if type(key) is str else repair.key_bytes(key)
-        data = state._scratch
-        if data is None:
-            data = state.scratch
-        results = rb.results
-        rb.busy = state.scratch_busy = True
-        try:
-            rc = _run_one(native.handle, results, OP_GET, 0, kb, len(kb), data, SCRATCH_BYTES)
-            if rc == 0:
-                r = results[0]
-                if r >= 0:
-                    return _unpack(data, r)  # type: ignore[no-any-return]
-        finally:
-            rb.busy = state.scratch_busy = False
+        rc, r = runner.get_scratch(rb, state, kb)
+        if type(r) is bytes:
+            return r
         if rc == 0 and r == INVALID_PARAMS:  # larger than the read buffer: read it whole
             return self._get_values([key])[0]
         return b""
@@ -201,20 +174,12 @@ class StoreCalls:
         n = len(keys)
         if not n:
             return []
-        native = self.native
         rb = self.calls.reused(DEFAULT)
         if rb is None:
             return self._keys_private(op, keys, flags)
-        if n > rb.cap:
-            rb.grow(n)
-        packed = pack_keys(keys)
-        rb.busy = True
-        try:
-            rc = _run_keys(native.handle, rb.results, op, flags, packed, len(packed) + 1, n)
-            if rc == 0:
-                return _unpack(rb.results, n)  # type: ignore[no-any-return]
-        finally:
-            rb.busy = False
+        rc, results, _ = self.runner.keys(rb, op, pack_keys(keys), n, flags)
+        if rc == 0:
+            return results  # type: ignore[no-any-return]
         return self._keys_refused(rc, op, keys, flags)
 
     def _keys_private(self, op: int, keys: list[Any], flags: int) -> list[int]:
@@ -251,33 +216,15 @@ class StoreCalls:
             return [self.one(op, keys[0], 0, address(addrs[0]), sizes[0])]
         if not n:
             return []
-        native = self.native
         rb = self.calls.reused(DEFAULT)
         if rb is None:
             try:
                 return self._private(lambda: Packed(op, keys, addrs, sizes, addresses=True))
             except Failed as f:
                 return self._addresses_refused(f.rc, op, keys, addrs, sizes, config)
-        if n > rb.cap:
-            rb.grow(n)
-        packed = pack_keys(keys)
-        rb.busy = True
-        try:
-            try:
-                rb.addrs[0:n] = addrs
-                rb.sizes[0:n] = sizes
-            except (TypeError, OverflowError):
-                raise TypeError("buffer addresses and sizes must be non-negative ints") from None
-            b = rb.batch
-            b.op, b.flags, b.n = op, 0, n
-            cdata = _from_buffer(packed)
-            b.key_data, b.key_bytes = cdata, len(packed) + 1
-            b.bufs, b.sizes, b.replica = rb.bufs, rb.sizes, _NULL
-            rc = _run(native.handle, _NULL, b)
-            if rc == 0:
-                return _unpack(rb.results, n)  # type: ignore[no-any-return]
-        finally:
-            rb.busy = False
+        rc, results = self.runner.at_addresses(rb, op, keys, addrs, sizes)
+        if rc == 0:
+            return results
         return self._addresses_refused(rc, op, keys, addrs, sizes, config)
 
     def _addresses_refused(
@@ -426,20 +373,9 @@ class StoreCalls:
     # ------------------------------------------------------------ values out
 
     def _get_buffer_batch(self, keys: list[Any]) -> tuple[Packed, list[int], int]:
-        """Run a GET_BUFFER batch: (it, its results, its id for the release)."""
-        packed = Packed(OP_GET_BUFFER, keys)
-        native = self.native
-        if self.calls.op_timeout is not None or native.orphans:
-            batch_id = self.calls.run_packed(packed, DEFAULT, "get")
-        else:
-            try:
-                idp = native.tls.state.idp
-            except AttributeError:
-                idp = native.thread().idp
-            rc = _run(native.handle, idp, packed.batch)
-            if rc:
-                raise refused(rc, keys) if native.handle is not None else Failed(rc)
-            batch_id = idp[0]
+        """Run a GET_BUFFER batch: (it, its results, its id for the release); a
+        MooncakeError if it did not run."""
+        packed, batch_id = self.runner.get_buffer(keys, self.calls.deadline_ms(DEFAULT))
         return packed, packed.unpack(), batch_id
 
     def get_values(self, keys: list[Any]) -> list[bytes]:
@@ -458,10 +394,9 @@ class StoreCalls:
             try:
                 values = gather_values(packed, results)
             finally:
-                _release(self.native.handle, batch_id)
-        except (MooncakeError, Failed) as exc:
-            code = exc.code if isinstance(exc, MooncakeError) else exc.rc
-            if code not in repair.REPAIRABLE:
+                self.runner.release(batch_id)
+        except MooncakeError as exc:
+            if exc.code not in repair.REPAIRABLE:
                 return [b""] * len(keys)
             return repair.values_by_key(self._get_values, keys, b"")
         if None in values:  # missing, or larger than the local buffer: read those whole
@@ -480,16 +415,14 @@ class StoreCalls:
             return []
         try:
             packed, results, batch_id = self._get_buffer_batch(keys)
-        except (MooncakeError, Failed) as exc:
-            code = exc.code if isinstance(exc, MooncakeError) else exc.rc
-            if code not in repair.REPAIRABLE:
+        except MooncakeError as exc:
+            if exc.code not in repair.REPAIRABLE:
                 return [None] * len(keys)
             return repair.values_by_key(self.get_handles, keys, None)
-        native = self.native
+        runner = self.runner
 
         def release() -> None:
-            if native.handle is not None:
-                _release(native.handle, batch_id)
+            runner.release(batch_id)
             self._handle_dropped()
 
         with self._lock:
@@ -500,11 +433,11 @@ class StoreCalls:
     # ------------------------------------------------------------ registration, ranges
 
     def register(self, ptr: int, size: int) -> int:
-        rc = lib.mcs_client_register_buffer(self.native.handle, address(ptr), size)
+        rc = self.runner.register_buffer(address(ptr), size)
         return code_of(rc) if rc else 0
 
     def unregister(self, ptr: int) -> int:
-        rc = lib.mcs_client_unregister_buffer(self.native.handle, address(ptr))
+        rc = self.runner.unregister_buffer(address(ptr))
         return code_of(rc) if rc else 0
 
     def get_into_ranges(
@@ -523,7 +456,7 @@ class StoreCalls:
         r, keep = ranges_struct(
             addrs, keys_per_buf, flat_keys, per_key, flat_dst, flat_src, flat_sizes
         )
-        rc = lib.mcs_client_get_into_ranges(self.native.handle, r)
+        rc = self.runner.get_into_ranges(r)
         del keep
         if rc:
             return repair.ranges_failed(len(addrs), all_keys, dst, code_of(rc))

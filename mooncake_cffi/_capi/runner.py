@@ -1,0 +1,328 @@
+"""One runner for every shim call a face makes: the blocking driver and the drop-in share it.
+
+:class:`Runner` holds a :class:`~.native.NativeClient` and makes each data call in one shim
+call:
+
+* ``mcs_client_run_one`` for one key (:meth:`Runner.one`, and :meth:`Runner.get_scratch`
+  into the thread's read buffer);
+* ``mcs_client_run_keys`` for a batch of keys only (:meth:`Runner.keys`);
+* ``mcs_client_run`` for a filled batch, of buffers (:meth:`Runner.filled`) or of integer
+  addresses (:meth:`Runner.at_addresses`);
+* GET_BUFFER runs, whose values stay valid until :meth:`Runner.release`
+  (:meth:`Runner.get_buffer`);
+* ``mcs_client_submit`` / ``mcs_client_drain`` / ``mcs_client_wait`` for the batches that run
+  in the background (:meth:`Runner.submit`, :meth:`Runner.drain`, :meth:`Runner.wait`).
+
+The fast methods take the calling thread's :class:`~.marshal.ReusedBatch` (from
+:meth:`Runner.reused`, which says when a call may use it) and answer the shim's status code,
+0 when the call ran, with the per-key results left in the batch's ``results``.  A call that
+may not use it runs a private :class:`~.marshal.Packed` batch (:meth:`Runner.run_packed`),
+which the shim may keep past a deadline: a timed-out one is kept in the client's
+``orphans`` until its batch completes.  What a refused call means is the caller's to say:
+the blocking driver raises (:func:`~.marshal.refused`), the drop-in answers Mooncake's codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ClosedError, MooncakeTimeoutError, error_for
+from ..status import MCS_E_CLOSED, MCS_E_TIMEOUT, OP_GET, OP_GET_BUFFER, OPS
+from . import binding
+from .binding import check, ffi, lib
+from .completion import Completion
+from .marshal import Packed, ReusedBatch, gather_values, refused, results_list
+from .native import SCRATCH_BYTES, NativeClient, ThreadState
+
+__all__ = ["Runner"]
+
+_NULL = ffi.NULL
+_COMPLETION_SIZE = ffi.sizeof("struct mcs_completion")
+_run_one = lib.mcs_client_run_one
+_run_keys = lib.mcs_client_run_keys
+_run = lib.mcs_client_run
+
+
+class Runner:
+    """The shim calls of one client (``native``); thread-safe as the shim is.  It holds
+    nothing but the native client, so dropping a client's last reference frees it at once."""
+
+    __slots__ = ("native",)
+
+    def __init__(self, native: NativeClient) -> None:
+        self.native = native
+
+    # ------------------------------------------------------------ the reused batch
+
+    def reused(self, deadline: bool) -> ReusedBatch | None:
+        """This thread's reused batch, or None when the call must take a private one: it has
+        a ``deadline`` (the shim may keep a timed-out batch), timed-out batches wait to be
+        reaped, or the reused batch is in use (a finalizer or signal handler calling in
+        mid-call).  Every fast path asks here: it is on the hot path of every small call."""
+        native = self.native
+        try:
+            rb: ReusedBatch = native.tls.state.batch
+        except AttributeError:
+            rb = native.thread().batch
+        if deadline or native.orphans or rb.busy:
+            return None
+        return rb
+
+    def state(self) -> ThreadState:
+        """This thread's reusable memory (its batch, read buffer and id out-parameter)."""
+        native = self.native
+        try:
+            state: ThreadState = native.tls.state
+        except AttributeError:
+            state = native.thread()
+        return state
+
+    def one(
+        self, rb: ReusedBatch, op: int, kb: bytes, flags: int, buf: Any, size: int
+    ) -> tuple[int, int]:
+        """One key (``kb``, encoded) through ``mcs_client_run_one``: (the shim's status, the
+        key's result).  ``buf``: cdata of its buffer, or NULL."""
+        results = rb.results
+        rb.busy = True
+        try:
+            rc = _run_one(self.native.handle, results, op, flags, kb, len(kb), buf, size)
+            return rc, results[0]
+        finally:
+            rb.busy = False
+
+    def get_scratch(self, rb: ReusedBatch, state: ThreadState, kb: bytes) -> tuple[int, Any]:
+        """Read one key into the thread's read buffer (:data:`~.native.SCRATCH_BYTES`):
+        ``(0, its bytes)``, ``(0, its negative result)`` (missing, larger than the buffer,
+        a failure), or ``(the shim's nonzero status, None)``."""
+        data = state.scratch
+        results = rb.results
+        rb.busy = state.scratch_busy = True
+        try:
+            rc = _run_one(self.native.handle, results, OP_GET, 0, kb, len(kb), data, SCRATCH_BYTES)
+            if rc:
+                return rc, None
+            r = results[0]
+            return 0, (ffi.unpack(data, r) if r >= 0 else r)
+        finally:
+            rb.busy = state.scratch_busy = False
+
+    def keys(
+        self,
+        rb: ReusedBatch,
+        op: int,
+        packed_keys: bytes,
+        n: int,
+        flags: int,
+        convert: Callable[[Any, int], Any] = results_list,
+    ) -> tuple[int, Any, list[int] | None]:
+        """A batch of ``n`` keys only (EXISTS, SIZE, REMOVE), packed by
+        :func:`~.marshal.pack_keys`, through ``mcs_client_run_keys``: (the shim's status,
+        ``convert(results, n)``, and the results as ints when that gave None).  The results
+        are read before the reused batch is free again: a call nested in this one (a
+        finalizer, a signal handler) cannot overwrite them."""
+        if n > rb.cap:
+            rb.grow(n)
+        results = rb.results
+        rb.busy = True
+        try:
+            rc = _run_keys(
+                self.native.handle, results, op, flags, packed_keys, len(packed_keys) + 1, n
+            )
+            if rc:
+                return rc, None, None
+            answer = convert(results, n)
+            return 0, answer, (None if answer is not None else results_list(results, n))
+        finally:
+            rb.busy = False
+
+    def filled(
+        self,
+        rb: ReusedBatch,
+        op: int,
+        keys: list[Any],
+        flags: int,
+        buffers: Sequence[Any] | None,
+        sizes: Sequence[int] | None,
+        writable: bool,
+        replicate_config: Any,
+    ) -> tuple[int, list[int]]:
+        """A batch of keys and buffers through the reused struct: (the shim's status, the
+        per-key results).  Raises for buffers that cannot be used."""
+        rb.busy = True
+        try:
+            keep = rb.fill(op, keys, flags, buffers, sizes, writable, replicate_config)
+            rc: int = _run(self.native.checked(), _NULL, rb.batch)
+            del keep
+            return rc, (results_list(rb.results, len(keys)) if rc == 0 else [])
+        finally:
+            rb.busy = False
+
+    def at_addresses(
+        self, rb: ReusedBatch, op: int, keys: list[Any], addrs: Sequence[int], sizes: Sequence[int]
+    ) -> tuple[int, list[int]]:
+        """GET into, or PUT / UPSERT from, memory at integer addresses through the reused
+        struct: (the shim's status, the per-key results).  A TypeError for addresses or
+        sizes that are not non-negative ints."""
+        rb.busy = True
+        try:
+            keep = rb.fill_addresses(op, keys, 0, addrs, sizes)
+            rc: int = _run(self.native.handle, _NULL, rb.batch)
+            del keep
+            return rc, (results_list(rb.results, len(keys)) if rc == 0 else [])
+        finally:
+            rb.busy = False
+
+    # ------------------------------------------------------------ private batches
+
+    def run_packed(self, packed: Packed, timeout_ms: int, what: str = "") -> int:
+        """Run a private batch with a deadline of ``timeout_ms`` (0: none); its id (for a
+        GET_BUFFER's release).  Raises if it did not run: MooncakeTimeoutError (carrying the
+        batch id; the shim goes on with the batch, kept here until it completes), else the
+        refusal's error (:func:`~.marshal.refused`)."""
+        native = self.native
+        if native.orphans:
+            self.reap()
+        packed.batch.timeout_ms = timeout_ms
+        idp = native.thread().idp
+        rc = _run(native.checked(), idp, packed.batch)
+        if rc == 0:
+            return int(idp[0])
+        if rc == MCS_E_TIMEOUT:
+            msg = binding.last_error()
+            batch_id = int(idp[0])
+            with native.lock:  # the shim still uses the batch: keep it until it completes
+                native.orphans[batch_id] = packed
+            raise MooncakeTimeoutError(rc, f"{what + ': ' if what else ''}{msg}", None, batch_id)
+        raise refused(rc, packed.keys)
+
+    def get_buffer(self, keys: list[Any], timeout_ms: int, what: str = "get") -> tuple[Packed, int]:
+        """A GET_BUFFER batch: (it, its id).  Its values (:func:`~.marshal.gather_values`)
+        stay valid until :meth:`release` of that id.  Raises as :meth:`run_packed` does."""
+        packed = Packed(OP_GET_BUFFER, keys)
+        native = self.native
+        if timeout_ms or native.orphans or native.handle is None:
+            return packed, self.run_packed(packed, timeout_ms, what)
+        # No deadline: straight to the shim, as run_packed would, minus its checks.
+        idp = self.state().idp
+        rc = _run(native.handle, idp, packed.batch)
+        if rc:
+            raise refused(rc, keys)
+        return packed, int(idp[0])
+
+    def release(self, batch_id: int) -> None:
+        """Let the shim free a GET_BUFFER batch's values (a closed client freed them)."""
+        handle = self.native.handle
+        if handle is not None:
+            lib.mcs_client_release(handle, batch_id)
+
+    # ------------------------------------------------------------ background batches
+
+    def submit(self, packed: Packed, user_data: Any) -> int:
+        """Queue ``packed`` on its lane; its id.  It is kept (with ``user_data``) until its
+        completion is drained."""
+        native = self.native
+        idp = native.thread().idp
+        with native.lock:  # registered before the completion can be drained
+            rc = lib.mcs_client_submit(native.checked(), idp, packed.batch)
+            if rc < 0:
+                raise refused(rc, packed.keys)
+            batch_id = int(idp[0])
+            native.pending[batch_id] = (packed, user_data)
+        return batch_id
+
+    def drain(self, max_items: int) -> list[Completion]:
+        """Completions of finished batches (never blocks); resets the eventfd.  Those of
+        timed-out blocking calls free what the calls left and are not returned."""
+        native = self.native
+        handle = native.handle
+        if handle is None:
+            return []
+        out = ffi.new("struct mcs_completion[]", max_items)
+        if max_items > 0:
+            out[0].struct_size = _COMPLETION_SIZE  # the array's stride (see mcs_client_drain)
+        done: list[Completion] = []
+        with native.lock:
+            k = check(lib.mcs_client_drain(handle, out, max_items))
+            for i in range(k):
+                c = out[i]
+                bid = int(c.id)
+                if c.timed_out:  # a blocking call gave up on it: nobody to tell
+                    native.orphans.pop(bid, None)
+                    lib.mcs_client_release(handle, bid)
+                    continue
+                packed, user = native.pending.pop(bid, (None, None))
+                results = packed.unpack() if packed is not None else []
+                values = None
+                if c.op == OP_GET_BUFFER and packed is not None and c.status == 0:
+                    values = gather_values(packed, results)
+                    lib.mcs_client_release(handle, bid)
+                done.append(
+                    Completion(
+                        id=bid,
+                        op=OPS[c.op],
+                        status=int(c.status or c.first_error),
+                        results=results,
+                        n_failed=int(c.n_failed),
+                        message=ffi.string(c.message).decode("utf-8", "replace"),
+                        values=values,
+                        user_data=user,
+                        ran=c.status == 0,
+                    )
+                )
+        return done
+
+    def reap(self) -> None:
+        """Free what timed-out blocking calls left with the shim, once their batches ended.
+
+        When batches are pending, their completions are someone else's to drain (draining
+        reaps the orphans then); otherwise this drains.
+        """
+        if not self.native.pending:
+            self.drain(1024)
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Block until a completion waits (True) or ``timeout_ms`` pass (False; -1: none)."""
+        rc = lib.mcs_client_wait(self.native.checked(), timeout_ms)
+        if rc == MCS_E_TIMEOUT:
+            return False
+        check(rc)
+        return True
+
+    # ------------------------------------------------------------ the rest
+
+    def refusal(self, rc: int) -> Exception:
+        """The error of a call the shim refused (a closed client's: ClosedError)."""
+        if self.native.handle is None:
+            return ClosedError(MCS_E_CLOSED, "the client is closed")
+        return error_for(rc, binding.last_error())
+
+    def remove_all(self, force: bool) -> tuple[int, int]:
+        """Mooncake's removeAll: (the shim's status, how many keys were removed)."""
+        out = ffi.new("int64_t *")
+        rc = lib.mcs_client_remove_all(self.native.handle, out, 1 if force else 0)
+        return rc, int(out[0])
+
+    def remove_by_regex(self, pattern: bytes, force: bool) -> tuple[int, int]:
+        """Mooncake's removeByRegex: (the shim's status, how many keys were removed)."""
+        out = ffi.new("int64_t *")
+        rc = lib.mcs_client_remove_by_regex(self.native.handle, out, pattern, 1 if force else 0)
+        return rc, int(out[0])
+
+    def health_check(self) -> tuple[int, int]:
+        """Mooncake's health_check: (the shim's status, 0 healthy / 1 not set up / 2 not)."""
+        out = ffi.new("int *")
+        rc = lib.mcs_client_health_check(self.native.handle, out)
+        return rc, int(out[0])
+
+    def register_buffer(self, buf: Any, size: int) -> int:
+        """Register memory (cdata ``buf``) with Mooncake: the shim's status."""
+        return lib.mcs_client_register_buffer(self.native.handle, buf, size)  # type: ignore[no-any-return]
+
+    def unregister_buffer(self, buf: Any) -> int:
+        """Unregister memory registered by :meth:`register_buffer`: the shim's status."""
+        return lib.mcs_client_unregister_buffer(self.native.handle, buf)  # type: ignore[no-any-return]
+
+    def get_into_ranges(self, ranges: Any) -> int:
+        """Byte ranges of values into buffers (a filled ``mcs_ranges``): the shim's status."""
+        return lib.mcs_client_get_into_ranges(self.native.handle, ranges)  # type: ignore[no-any-return]
