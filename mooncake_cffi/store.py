@@ -24,7 +24,8 @@ from typing import Any
 from . import _store_setup, store_tensors
 from ._direct import StoreCalls, code_of
 from ._handles import BufferHandle
-from ._store_unset import UNSET, UNSUPPORTED, Unset, unsupported
+from ._store_unset import UNSET, Unset, absent
+from ._store_unset import UNSUPPORTED as UNSUPPORTED
 from .client import Client
 from .errors import MooncakeError
 from .replica import ObjectDataType, ReplicateConfig, SoftPinAction
@@ -52,14 +53,28 @@ def _keys(keys: Any) -> list[Any]:
     return list(keys)
 
 
-class MooncakeDistributedStore:
+class _StoreType(type):
+    """The class's type: a missing class attribute that Mooncake's class has raises the
+    AttributeError naming the nearest supported call (as the instances' do)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        raise absent(f"type object {cls.__name__!r}", name)
+
+
+class MooncakeDistributedStore(metaclass=_StoreType):
     """Mooncake's ``MooncakeDistributedStore`` over :class:`mooncake_cffi.Client`.
 
     Create it, call :meth:`setup`, use it, :meth:`close` it.  ``client`` is the underlying
-    Client (None until setup and after close).  Thread-safe.
+    Client (None until setup and after close).  Thread-safe.  The methods of Mooncake's class
+    that it does not support are absent (``hasattr`` False; the AttributeError names the
+    nearest supported call: :data:`UNSUPPORTED`).
     """
 
     __slots__ = ("client", "_x", "__weakref__")
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for names that are missing.
+        raise absent(f"{type(self).__name__!r} object", name)
 
     def __init__(self) -> None:
         self.client: Client | None = None
@@ -84,7 +99,9 @@ class MooncakeDistributedStore:
         if engine is not None:
             raise NotImplementedError(
                 "setup(engine=...): sharing a TransferEngine is not supported by "
-                "mooncake_cffi.store; call setup without engine (the client makes its own)"
+                "mooncake_cffi.store: the engine lives inside mooncake.engine's pybind11 object, "
+                "which the drop-in (over a C ABI) cannot reach safely; call setup without engine "
+                "(the client makes its own TransferEngine, with its own transfer ports)"
             )
         self.close()
         rc = _store_setup.precheck(form, config)
@@ -456,8 +473,3 @@ class MooncakeDistributedStore:
         keys = _keys(base_keys)
         keys = keys if tp_size <= 1 else [f"{k}_tp_{tp_rank}" for k in keys]
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
-
-
-for _name, _nearest in UNSUPPORTED.items():
-    setattr(MooncakeDistributedStore, _name, unsupported(_name, _nearest))
-del _name, _nearest
