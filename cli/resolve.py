@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .errors import CliError, NoClusterError
+from .invocation import Invocation
 
 if TYPE_CHECKING:
     from mooncake_cffi.admin import AdminClient
     from mooncake_cffi.cluster import LocalCluster
     from mooncake_cffi.config import StoreConfig
 
-    from .settings import Settings
 
 #: Port of mooncake_master's HTTP metadata server unless told otherwise.
 DEFAULT_METADATA_PORT = 8080
@@ -45,7 +45,7 @@ def default_state_dir() -> Path:
     return Path(base) / "mcl2"
 
 
-def explicit(settings: Settings) -> bool:
+def explicit(settings: Invocation) -> bool:
     """True when a connection option (or its variable) says where the cluster is."""
     return any(v is not None for v in (settings.config, settings.master, settings.metadata_server))
 
@@ -53,7 +53,7 @@ def explicit(settings: Settings) -> bool:
 # -- the local cluster ---------------------------------------------------------------------
 
 
-def local_cluster(settings: Settings, for_client: bool = True) -> LocalCluster:
+def local_cluster(settings: Invocation, for_client: bool = True) -> LocalCluster:
     """The local cluster, if it can serve a Mooncake client (``for_client``) or the admin
     API; NoClusterError otherwise.  A process that is down is warned about (once)."""
     from mooncake_cffi.cluster import ClusterError, LocalCluster
@@ -105,7 +105,7 @@ def degraded_message(gone: list[str]) -> str:
 # -- the client configuration ----------------------------------------------------------------
 
 
-def store_config(settings: Settings) -> StoreConfig:
+def store_config(settings: Invocation) -> StoreConfig:
     """The StoreConfig for ``settings``' client (options, env, --config, local cluster)."""
     from mooncake_cffi.config import StoreConfig
 
@@ -222,7 +222,7 @@ def load_config_option(value: str) -> dict[str, Any]:
 # -- the master's admin API ----------------------------------------------------------------
 
 
-def admin_url(settings: Settings) -> str:
+def admin_url(settings: Invocation) -> str:
     """--admin; else the local cluster's admin URL (with no connection options); else the
     master's host on port 9003 (Mooncake's default ``-metrics_port``): for HA masters on
     etcd, the host of the leader etcd names."""
@@ -246,7 +246,7 @@ def admin_url(settings: Settings) -> str:
     return admin_url_for_master(master)
 
 
-def admin_client(settings: Settings) -> AdminClient:
+def admin_client(settings: Invocation) -> AdminClient:
     """An :class:`~mooncake_cffi.admin.AdminClient` for :func:`admin_url`."""
     from mooncake_cffi.admin import AdminClient
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from .errors import CliError, StoreError
 from .interrupts import threads_without_signals
+from .invocation import Invocation
 from .resolve import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
     from mooncake_cffi import Client
     from mooncake_cffi.config import StoreConfig
 
-    from .settings import Settings
 
 #: Seconds added to the connect timeout before a stuck setup is abandoned (console only).
 SETUP_GRACE = 1.5
@@ -42,7 +42,7 @@ class Session:
         # Mooncake teardown that close_for_exit skipped).
         self._exiting: Client | None = None
 
-    def open(self, settings: Settings, l1_min: int = 0) -> Client:
+    def open(self, settings: Invocation, l1_min: int = 0) -> Client:
         """Set up the client for ``settings`` (once; later calls return the same one)."""
         if self.client is not None:
             return self.client
@@ -83,7 +83,7 @@ class Session:
 
     def _set_up(
         self,
-        settings: Settings,
+        settings: Invocation,
         config: StoreConfig,
         master: str,
         meta: str,

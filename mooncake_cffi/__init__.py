@@ -24,7 +24,7 @@ if not _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_version.py"))
     from ._source_tree import installed_package_dir
 
     __path__ = [installed_package_dir(__file__)]
-from ._binding import ABI_VERSION, shim_abi_version, shim_version
+from ._capi.binding import ABI_VERSION, shim_abi_version, shim_version
 from ._version import __version__
 from .client import EXISTED, LANES, OPS, Client, Completion, set_log_level
 from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs

@@ -3,7 +3,7 @@
 No polling thread and no thread per request: batches are submitted to the lanes from the
 event loop (``client.batches``), and ``loop.add_reader`` on the client's eventfd drains
 finished batches and resolves their futures.  Every operation is a plan of
-:mod:`._plans` (the same plans, retries and first-writer check the blocking client runs),
+:mod:`_core.plans` (the same plans, retries and first-writer check the blocking client runs),
 driven here by awaiting one completion per step.
 """
 
@@ -14,7 +14,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._plans import (
+from ._core.batches import Completion
+from ._core.plans import (
     Deadline,
     Plan,
     Sleep,
@@ -27,8 +28,7 @@ from ._plans import (
     segment_note,
     store_plan,
 )
-from ._types import DEFAULT, Key, Timeout
-from .batches import Completion
+from ._core.types import DEFAULT, Key, Timeout
 from .client import EXISTED, Client
 from .config import StoreConfig
 from .errors import MooncakeError, MooncakeTimeoutError, QueueFullError, error_for
@@ -51,7 +51,7 @@ from .status import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._types import Buffer, ClientOptions
+    from ._core.types import Buffer, ClientOptions
     from .replica import ReplicateConfig
 
 __all__ = ["AsyncClient", "EXISTED"]

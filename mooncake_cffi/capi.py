@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._binding import (
+from ._capi.binding import (
     ABI_VERSION,
     HEADER_PATH,
     PRECOMPILED,
@@ -25,9 +25,9 @@ from ._binding import (
     last_error,
     lib,
 )
-from ._cdef import cdef_from_header
-from ._marshal import Packed as Batch
-from ._replica_abi import replica_options
+from ._capi.cdef import cdef_from_header
+from ._capi.marshal import Packed as Batch
+from ._capi.replica_options import replica_options
 from .status import OP_CODES, OP_GET, OPS
 
 if TYPE_CHECKING:

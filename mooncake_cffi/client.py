@@ -1,14 +1,16 @@
 """The public synchronous :class:`Client`: a thin face over the objects it holds.
 
-* :class:`~._native.NativeClient` (``_native.py``) owns the shim's client handle and its life;
-* :class:`~._blocking.BlockingCalls` (``_blocking.py``) runs blocking calls: one shim call
-  per batch, deadlines, multi-step plans (``_plans.py``), retries;
-* :class:`~._values.Values` (``_values.py``) moves bytes values in and out, straight or
-  through the L1 :class:`~.staging.Staging` area, and tells the losers of a put race;
-* :class:`~._keys.Keys` (``_keys.py``) runs the calls on keys alone (exists, size, remove,
-  the leading-prefix lookup);
-* :class:`~.batches.Batches` (``batches.py``, public as ``client.batches``) submits batches
-  to the lanes and drains their completions (what :class:`mooncake_cffi.AsyncClient` awaits).
+* :class:`~_capi.native.NativeClient` (``_capi/native.py``) owns the shim's client handle
+  and its life;
+* :class:`~_core.blocking.BlockingCalls` (``_core/blocking.py``) runs blocking calls: one
+  shim call per batch, deadlines, multi-step plans (``_core/plans.py``), retries;
+* :class:`~_core.values.Values` (``_core/values.py``) moves bytes values in and out, straight
+  or through the L1 :class:`~_core.staging.Staging` area, and tells the losers of a put race;
+* :class:`~_core.keys.Keys` (``_core/keys.py``) runs the calls on keys alone (exists, size,
+  remove, the leading-prefix lookup);
+* :class:`~_core.batches.Batches` (``_core/batches.py``, public as ``client.batches``)
+  submits batches to the lanes and drains their completions (what
+  :class:`mooncake_cffi.AsyncClient` awaits).
 
 Every public method below calls one of them by name.
 """
@@ -18,21 +20,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _stats
-from ._binding import set_log_level
-from ._blocking import BlockingCalls
-from ._keys import Keys
-from ._marshal import as_list
-from ._native import NativeClient, shorten_mooncake_timeouts
-from ._types import DEFAULT, Key, Timeout
-from ._values import Values
-from .batches import Batches, Completion
+from ._capi import counters
+from ._capi.binding import set_log_level
+from ._capi.marshal import as_list
+from ._capi.native import NativeClient, shorten_mooncake_timeouts
+from ._core.batches import Batches, Completion
+from ._core.blocking import BlockingCalls
+from ._core.keys import Keys
+from ._core.staging import Staging
+from ._core.types import DEFAULT, Key, Timeout
+from ._core.values import Values
 from .config import StoreConfig
 from .errors import L1Error
 from .metadata import forget_client
 from .namespace import Namespace
 from .retry import RetryPolicy
-from .staging import Staging
 from .status import (
     FLAG_SKIP_EXISTING,
     LANES,
@@ -45,7 +47,7 @@ from .status import (
 )
 
 if TYPE_CHECKING:
-    from ._types import Buffer
+    from ._core.types import Buffer
     from .replica import ReplicateConfig
 
 __all__ = ["Client", "Completion", "EXISTED", "LANES", "OPS", "set_log_level"]
@@ -490,11 +492,11 @@ class Client:
         shared pool reports ``workers == 0`` and counts the operations routed to it; the
         ``shared`` lane counts what its threads ran.  ``merged`` counts Mooncake calls that
         served several queued batches."""
-        return _stats.lane_stats(self._native.checked())
+        return counters.lane_stats(self._native.checked())
 
     def op_stats(self) -> dict[str, dict[str, Any]]:
         """Per-operation counters: calls, keys, failed_calls, failed_keys, bytes,
         timeouts, no_space, sum_us and a latency histogram (``buckets``: batches
         under 2**i microseconds), counting fast paths and every lane alike.  A call
         counts as failed only when its caller saw a failure."""
-        return _stats.op_stats(self._native.checked())
+        return counters.op_stats(self._native.checked())

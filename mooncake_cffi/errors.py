@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import _binding, status
+from . import status
 from .status import (
     INVALID_PARAMS,
     MCS_E_CLOSED,
@@ -48,7 +48,6 @@ __all__ = [
     "MooncakeTimeoutError",
     "IntegrityError",
     "error_for",
-    "check",
 ]
 
 
@@ -160,10 +159,3 @@ _BY_CODE: dict[int, type[MooncakeError]] = {
 def error_for(code: int, message: str = "", results: Sequence[int] | None = None) -> MooncakeError:
     """The exception instance for a status code."""
     return _BY_CODE.get(int(code), MooncakeError)(code, message, results)
-
-
-def check(rc: int) -> int:
-    """Raise the exception for a negative shim status, with the shim's message."""
-    if rc < 0:
-        raise error_for(rc, _binding.last_error())
-    return rc

@@ -14,16 +14,94 @@ key is a different mechanism; docs/guide/python.md ("Namespaces") compares the t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ._types import DEFAULT, Key, Timeout
+from ._core.types import DEFAULT, Key, Timeout
 from .errors import InvalidArgumentError
 from .status import MCS_E_INVALID_ARG
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .replica import ReplicateConfig
 
-__all__ = ["Namespace"]
+__all__ = ["KeyMethods", "Namespace"]
+
+
+class KeyMethods(Protocol):
+    """What a namespace calls on its client: the key methods of :class:`mooncake_cffi.Client`
+    (which satisfies this protocol; so can any object with the same methods)."""
+
+    def put(
+        self,
+        key: Key,
+        value: Any,
+        *,
+        replicate_config: ReplicateConfig | None = ...,
+        timeout: Timeout = ...,
+    ) -> None: ...
+    def put_if_absent(
+        self,
+        key: Key,
+        value: Any,
+        *,
+        replicate_config: ReplicateConfig | None = ...,
+        timeout: Timeout = ...,
+    ) -> bool: ...
+    def upsert(
+        self,
+        key: Key,
+        value: Any,
+        *,
+        replicate_config: ReplicateConfig | None = ...,
+        timeout: Timeout = ...,
+    ) -> None: ...
+    def get(self, key: Key, *, timeout: Timeout = ...) -> bytes | None: ...
+    def exists(self, key: Key, *, timeout: Timeout = ...) -> bool: ...
+    def remove(self, key: Key, force: bool = ..., *, timeout: Timeout = ...) -> bool: ...
+    def size(self, key: Key, *, timeout: Timeout = ...) -> int | None: ...
+    def batch_put(
+        self,
+        keys: Sequence[Key],
+        values: Sequence[Any],
+        *,
+        skip_existing: bool = ...,
+        replicate_config: ReplicateConfig | None = ...,
+        timeout: Timeout = ...,
+    ) -> list[int]: ...
+    def batch_upsert(
+        self,
+        keys: Sequence[Key],
+        values: Sequence[Any],
+        *,
+        replicate_config: ReplicateConfig | None = ...,
+        timeout: Timeout = ...,
+    ) -> list[int]: ...
+    def batch_get(self, keys: Sequence[Key], *, timeout: Timeout = ...) -> list[bytes | None]: ...
+    def batch_exists(self, keys: Sequence[Key], *, timeout: Timeout = ...) -> list[bool]: ...
+    def batch_size(self, keys: Sequence[Key], *, timeout: Timeout = ...) -> list[int | None]: ...
+    def batch_remove(
+        self, keys: Sequence[Key], force: bool = ..., *, timeout: Timeout = ...
+    ) -> list[int]: ...
+    def put_from(
+        self,
+        keys: Sequence[Key],
+        buffers: Sequence[Any],
+        sizes: Sequence[int] | None = ...,
+        *,
+        upsert: bool = ...,
+        skip_existing: bool = ...,
+        replicate_config: ReplicateConfig | None = ...,
+        timeout: Timeout = ...,
+        first_writer_check: bool = ...,
+    ) -> list[int]: ...
+    def get_into(
+        self,
+        keys: Sequence[Key],
+        buffers: Sequence[Any],
+        sizes: Sequence[int] | None = ...,
+        *,
+        timeout: Timeout = ...,
+    ) -> list[int]: ...
+    def lookup_prefix(self, keys: Sequence[Key], *, timeout: Timeout = ...) -> int: ...
 
 
 def _as_key_list(keys: Any) -> list[Any]:
@@ -60,7 +138,8 @@ class Namespace:
     """The keys of ``client`` that start with ``prefix``, addressed without it.
 
     Args:
-        client: a :class:`mooncake_cffi.Client` (anything with its key methods works).
+        client: a :class:`mooncake_cffi.Client`, or any object with its key methods
+            (:class:`KeyMethods`).
         prefix: non-empty ``str`` or ``bytes`` without NUL, e.g. ``"llama3-70b/fp16/v2/"``.
 
     Every key method of the client is offered with the same arguments (``timeout=`` among
@@ -73,7 +152,7 @@ class Namespace:
 
     __slots__ = ("client", "_prefix", "_raw")
 
-    def __init__(self, client: Client, prefix: Key) -> None:
+    def __init__(self, client: KeyMethods, prefix: Key) -> None:
         self.client = client
         self._prefix, self._raw = _check_prefix(prefix)
 

@@ -9,7 +9,7 @@ and the same ``str()``.  The only addition: ``ReplicateConfig(**fields)`` sets a
 keyword (Mooncake's takes no arguments).
 
 Every call that takes a ``replicate_config`` also takes any object with these attributes,
-Mooncake's own included (read by attribute; see :func:`mooncake_cffi._replica_abi.replica_options`).
+Mooncake's own included (read by attribute; see :func:`_capi.replica_options.replica_options`).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import cffi
 
 
 def _load_cdef_module():
-    """mooncake_cffi/_cdef.py, the package's own header reader, loaded by path."""
-    path = Path(__file__).resolve().parent.parent / "mooncake_cffi" / "_cdef.py"
+    """mooncake_cffi/_capi/cdef.py, the package's own header reader, loaded by path."""
+    path = Path(__file__).resolve().parent.parent / "mooncake_cffi" / "_capi" / "cdef.py"
     spec = importlib.util.spec_from_file_location("_mcs_cdef", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

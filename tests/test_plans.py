@@ -1,4 +1,4 @@
-"""Unit tests of a plan's deadline (``mooncake_cffi._plans.Deadline``): what a step that timed
+"""Unit tests of a plan's deadline (``mooncake_cffi._core.plans.Deadline``): what a step that timed
 out says about the call's own deadline.  No cluster: the steps' errors are built here."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from mooncake_cffi import MooncakeTimeoutError
-from mooncake_cffi._plans import Deadline
+from mooncake_cffi._core.plans import Deadline
 from mooncake_cffi.status import MCS_E_TIMEOUT
 
 

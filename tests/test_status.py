@@ -69,7 +69,8 @@ def test_every_code_in_the_status_table_is_known_to_the_shim():
 
 def test_one_public_error_name():
     import mooncake_cffi
-    from mooncake_cffi import _binding, errors
+    from mooncake_cffi import errors
+    from mooncake_cffi._capi import binding as _binding
 
     assert mooncake_cffi.error_name is status.name
     assert mooncake_cffi.error_name(-706) == "OBJECT_HAS_LEASE"

@@ -20,6 +20,7 @@ import mooncake_cffi.replica
 import mooncake_cffi.store as store_module
 from mooncake_cffi.cluster import LocalCluster
 from mooncake_cffi.store import MooncakeDistributedStore
+from mooncake_cffi.store.unset import UNSUPPORTED
 
 ms = pytest.importorskip("mooncake.store")
 THEIRS = ms.MooncakeDistributedStore
@@ -32,7 +33,7 @@ def _public(cls: type) -> set[str]:
 
 def test_every_public_name_of_mooncakes_class_is_implemented_or_absent() -> None:
     theirs, ours = _public(THEIRS), _public(OURS)
-    unsupported = set(store_module.UNSUPPORTED)
+    unsupported = set(UNSUPPORTED)
     assert not (theirs - ours) - unsupported, "add these to mooncake_cffi.store or UNSUPPORTED"
     assert not unsupported & ours, "a name is both implemented and listed as unsupported"
     assert unsupported <= theirs, "UNSUPPORTED names a method Mooncake's class does not have"
@@ -87,7 +88,7 @@ def _mooncake_params(name: str) -> list[tuple[str, str | None]]:
     return out
 
 
-SUPPORTED = sorted(_public(OURS) - set(store_module.UNSUPPORTED) - {"client", "setup"})
+SUPPORTED = sorted(_public(OURS) - set(UNSUPPORTED) - {"client", "setup"})
 
 
 @pytest.mark.parametrize("name", SUPPORTED)
@@ -112,12 +113,12 @@ def test_parameters_and_defaults_are_mooncakes(name: str) -> None:
             assert repr(p.default) == tdefault, (name, p, tdefault)
 
 
-@pytest.mark.parametrize("name", sorted(store_module.UNSUPPORTED))
+@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
 def test_an_absent_method_names_the_nearest_supported_call(name: str) -> None:
     for owner in (OURS(), OURS):
         with pytest.raises(AttributeError, match=re.escape(repr(name))) as exc:
             getattr(owner, name)
-        assert store_module.UNSUPPORTED[name] in str(exc.value)
+        assert UNSUPPORTED[name] in str(exc.value)
         assert "not supported by mooncake_cffi.store" in str(exc.value)
 
 
@@ -141,7 +142,7 @@ def test_vllms_session_probe_answers_what_the_class_has() -> None:
     )
     s = OURS()
     probe = all(callable(getattr(s, n, None)) for n in names)
-    assert probe is all(n not in store_module.UNSUPPORTED for n in names)
+    assert probe is all(n not in UNSUPPORTED for n in names)
 
 
 def test_setup_with_a_shared_engine_is_refused_saying_why_and_what_to_do() -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from store_helpers import Memory, same, stores, tag
 
-from mooncake_cffi import store_tensors
 from mooncake_cffi.cluster import LocalCluster
 from mooncake_cffi.store import ReplicateConfig
+from mooncake_cffi.store import tensors as store_tensors
 
 torch = pytest.importorskip("torch")
 ms = pytest.importorskip("mooncake.store")

@@ -2,11 +2,13 @@
 
 * The public classes are faces that hold what they use: none inherits a private class, and
   ``Client`` inherits nothing at all.
-* One way in to the native library: ``lib`` is touched only by the binding and the
-  execution modules.
+* The folders are the layers: ``_capi`` (the C boundary) is the only code that touches the
+  shim's ``lib``; ``_core`` (what the faces share) sits on it; the faces (``Client``,
+  ``AsyncClient``, the drop-in ``store``, the CLI, the LMCache tier) sit on the core.  No
+  import runs back up a layer, and no module imports itself round a circle.
 * Nothing outside the package imports a private module of it, and no subpackage reaches
   into another's private module.
-* Every file of the package and of the CLI stays under 500 lines.
+* The pure modules (status codes, errors, config) load without the native library.
 """
 
 from __future__ import annotations
@@ -21,20 +23,36 @@ import mooncake_cffi
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mooncake_cffi"
-MAX_LINES = 500
 
-#: The modules that may call ``lib.mcs_*``: the binding and the execution modules.
+#: The folder of the C boundary: its modules may call ``lib.mcs_*``, and so may the public
+#: raw C ABI (``capi.py``).
+CAPI = PACKAGE / "_capi"
 LIB_MODULES = {
-    "_binding.py",
-    "_marshal.py",
-    "_replica_abi.py",
-    "_native.py",
-    "_blocking.py",
-    "_direct.py",
-    "batches.py",
-    "_stats.py",
-    "capi.py",
+    PACKAGE / "capi.py",
+    PACKAGE / "_core" / "blocking.py",
+    PACKAGE / "_core" / "batches.py",
+    PACKAGE / "store" / "calls.py",
 }
+
+#: Layers, lowest first: a module may import its own layer and those below, never above.
+#: The pure modules are the bottom; the faces the top (everything not named here).
+PURE = {
+    "status",
+    "errors",
+    "retry",
+    "sizes",
+    "addresses",
+    "replica",
+    "config",
+    "integrity",
+    "wheel",
+    "metadata",
+    "topology",
+    "_source_tree",
+    "_version",
+    "_mcs_ffi",
+}
+LAYERS = {"pure": 0, "_capi": 1, "_core": 2, "faces": 3}
 
 
 def _python_files(where: Path) -> list[Path]:
@@ -98,12 +116,12 @@ def test_client_inherits_nothing_and_no_public_class_inherits_a_private_one() ->
     assert not offenders, offenders
 
 
-def test_only_the_binding_and_execution_modules_touch_lib() -> None:
+def test_only_the_c_boundary_touches_lib() -> None:
     offenders = []
     for path in (
         _python_files(PACKAGE) + _python_files(ROOT / "cli") + _python_files(ROOT / "bench")
     ):
-        if path.parent == PACKAGE and path.name in LIB_MODULES:
+        if path.parent == CAPI or path in LIB_MODULES:
             continue
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
@@ -155,10 +173,130 @@ def test_no_subpackage_reaches_into_another_subpackages_private_module() -> None
     assert not offenders, offenders
 
 
-def test_every_file_of_the_package_and_the_cli_stays_under_500_lines() -> None:
-    long = {
-        str(path.relative_to(ROOT)): n
-        for path in _python_files(PACKAGE) + _python_files(ROOT / "cli")
-        if (n := len(path.read_text().splitlines())) > MAX_LINES
-    }
-    assert not long, long
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] == "cli":
+        parts = ["mooncake_cffi", *parts]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (anywhere in the file, typing-only and
+    function-level imports included: a circle is a circle to its reader)."""
+    files = _python_files(PACKAGE) + _python_files(ROOT / "cli")
+    modules = {_module_of(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for target, _ in _imports(path):
+            if target in modules:
+                deps.add(target)
+            elif target.rpartition(".")[0] in modules:  # from module import name
+                deps.add(target.rpartition(".")[0])
+        # ``from . import x`` also names the package itself: not an import of it.
+        deps.discard(name)
+        deps -= {m for m in deps if name.startswith(m + ".") and modules[m].name == "__init__.py"}
+        graph[name] = deps
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles() -> None:
+    assert not _circles(_graph())
+
+
+def test_a_circle_would_be_found() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:  # the package's __init__: the public names, a face
+        return LAYERS["faces"]
+    if parts[1] in ("_capi", "_core"):
+        return LAYERS[parts[1]]
+    if len(parts) == 2 and parts[1] in PURE:
+        return LAYERS["pure"]
+    return LAYERS["faces"]
+
+
+def test_no_import_runs_back_up_a_layer() -> None:
+    offenders = [
+        f"{module} imports {target}"
+        for module, deps in _graph().items()
+        for target in deps
+        if _layer(target) > _layer(module)
+    ]
+    assert not offenders, offenders
+
+
+def test_the_c_boundary_the_core_and_the_drop_in_are_subpackages() -> None:
+    for sub in ("_capi", "_core", "store"):
+        assert (PACKAGE / sub / "__init__.py").is_file()
+    import mooncake_cffi.store
+
+    assert mooncake_cffi.store.MooncakeDistributedStore.__name__ == "MooncakeDistributedStore"
+
+
+def test_the_pure_modules_load_without_the_native_library() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; import mooncake_cffi.errors, mooncake_cffi.status, mooncake_cffi.config; "
+        "loaded = [m for m in sys.modules if m.startswith('mooncake_cffi._capi')]; "
+        "assert not loaded, loaded"
+    )
+    # Imported by path from the installed package, bypassing its __init__ (which loads
+    # the faces): the pure modules must not pull the binding in by themselves.
+    done = subprocess.run(
+        [sys.executable, "-c", _bare_import(script)], capture_output=True, text=True, cwd="/"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _bare_import(script: str) -> str:
+    """``script`` preceded by a stub ``mooncake_cffi`` package over the installed directory,
+    so importing a submodule runs that submodule alone (and what it imports)."""
+    where = str(Path(mooncake_cffi.__file__).parent)
+    return (
+        "import sys, types; pkg = types.ModuleType('mooncake_cffi'); "
+        f"pkg.__path__ = [{where!r}]; sys.modules['mooncake_cffi'] = pkg; " + script
+    )

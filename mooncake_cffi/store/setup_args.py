@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from .config import (
+from ..config import (
     CLIENT_KEYS,
     MOONCAKE_KEYS,
     StoreConfig,

@@ -5,10 +5,10 @@ answered as Mooncake's own binding answers, never with an exception where it ret
 Each data call takes the calling thread's reused memory and makes one shim call
 (``mcs_client_run_one`` for one key, ``mcs_client_run_keys`` for keys only, ``mcs_client_run``
 for the rest); with a deadline (``op_timeout``) it takes a private batch through
-:class:`~._blocking.BlockingCalls`, which keeps what a timed-out call left with the shim.
+:class:`~_core.blocking.BlockingCalls`, which keeps what a timed-out call left with the shim.
 Status codes of the shim become Mooncake's (:func:`code_of`).  A batch the shim refuses as a
 whole (an empty key, a key twice, a NULL buffer) is answered key by key, as Mooncake does, by
-:mod:`._store_repair`.  ``get_buffer`` values come back as :class:`BufferHandle` objects over
+:mod:`.repair`.  ``get_buffer`` values come back as :class:`BufferHandle` objects over
 Mooncake's own memory, released when the last of a batch's handles is dropped.
 """
 
@@ -19,17 +19,16 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _store_repair as repair
-from . import _store_writes
-from ._binding import ffi, lib
-from ._handles import handles
-from ._marshal import Packed, address, gather_values, pack_keys, refused
-from ._native import SCRATCH_BYTES
-from ._pointers import ranges_struct
-from ._store_repair import Failed, code_of
-from ._types import DEFAULT
-from .errors import MooncakeError
-from .status import OP_GET, OP_GET_BUFFER, OP_PUT
+from .._capi.binding import ffi, lib
+from .._capi.marshal import Packed, address, gather_values, pack_keys, refused
+from .._capi.native import SCRATCH_BYTES
+from .._capi.pointers import ranges_struct, staging_area
+from .._core.types import DEFAULT
+from ..errors import MooncakeError
+from ..status import OP_GET, OP_GET_BUFFER, OP_PUT, OP_UPSERT
+from . import repair
+from .buffer_handles import handles
+from .repair import Failed, code_of
 
 __all__ = ["StoreCalls", "code_of"]
 
@@ -338,21 +337,91 @@ class StoreCalls:
             return repair.batch_refused(f.rc, keys, answer, run, bad, reverse=op == OP_PUT)
 
     # ------------------------------------------------------------ bytes values
-    # (the bytes calls that are not one key: in _store_writes)
+    # (the bytes writes that are not one key: Mooncake's put_batch / upsert_batch, one code
+    # for the batch; put_parts / upsert_parts and the tensor calls' values, several parts
+    # each; and the staged writes of protocols that move data only from registered memory)
 
     def put_values(self, op: int, keys: list[Any], values: Sequence[Any], config: Any) -> int:
-        """Mooncake's put_batch / upsert_batch: 0 or the first failing key's code."""
-        return _store_writes.put_values(self, op, keys, values, config)
+        """Mooncake's put_batch / upsert_batch (and put / upsert with a config): one code,
+        0 or the first failing key's."""
+        if not self.copies:
+            return INVALID_PARAMS
+        n = len(keys)
+        if len(values) != n:
+            return INVALID_PARAMS
+        if not n:
+            return 0
+        if self.staged:
+            results = self._put_staged(op, keys, values, config)
+            worst = min(results)
+            return worst if worst < 0 else 0
+        if n == 1 and config is None:
+            return self.put(op, keys[0], values[0], None)
+        try:
+            results = self._private(lambda: Packed(op, keys, values, replicate_config=config))
+        except Failed as f:
+            if any(not memoryview(v).nbytes for v in values):
+                return INVALID_PARAMS  # as Mooncake's: the batch fails whole, nothing stored
+
+            def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
+                sub, vals = [keys[i] for i in idx], [values[i] for i in idx]
+                return self._private(lambda: Packed(op, sub, vals, replicate_config=config))
+
+            answer = repair.key_answer(op)
+            results = repair.batch_refused(f.rc, keys, answer, run, reverse=op == OP_UPSERT)
+        worst = min(results)
+        return worst if worst < 0 else 0
+
+    def _put_staged(
+        self, op: int, keys: list[Any], values: Sequence[Any], config: Any
+    ) -> list[int]:
+        """Copy the values into one buffer registered for the call and store them from it;
+        per-key results."""
+        staged = staging_area(values)
+        if staged is None:
+            return [INVALID_PARAMS] * len(keys)
+        area, base, addrs, sizes = staged
+        rc = self.register(base, len(area))
+        if rc:
+            return [rc] * len(keys)
+        try:
+            return self.addresses(op, keys, addrs, sizes, config)
+        finally:
+            self.unregister(base)
+            del area
 
     def put_parts_many(
         self, op: int, keys: list[Any], parts: Sequence[Sequence[Any]], config: Any
     ) -> list[int]:
-        """Values of several parts each, stored one after another; per-key results."""
-        return _store_writes.put_parts_many(self, op, keys, parts, config)
+        """Values made of several bytes-like parts each, stored one after another (a
+        tensor: its metadata, then its data); per-key results."""
+        n = len(keys)
+        if len(parts) != n:
+            return [INVALID_PARAMS] * n
+        if not n:
+            return []
+        if self.staged:
+            joined = [b"".join(memoryview(x).cast("B").tobytes() for x in p) for p in parts]
+            return self._put_staged(op, keys, joined, config)
+
+        def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
+            sub, vals = [keys[i] for i in idx], [list(parts[i]) for i in idx]
+            return self._private(lambda: Packed(op, sub, vals, replicate_config=config, parts=True))
+
+        def bad(i: int) -> int | None:
+            return INVALID_PARAMS if not parts[i] else None
+
+        try:
+            return run(list(range(n)), keys)
+        except Failed as f:
+            answer = repair.key_answer(op)
+            return repair.batch_refused(f.rc, keys, answer, run, bad, reverse=op == OP_UPSERT)
 
     def put_parts(self, op: int, key: Any, parts: Sequence[Any], config: Any) -> int:
-        """One value from several bytes-like parts; Mooncake's code."""
-        return _store_writes.put_parts(self, op, key, parts, config)
+        """One value from several bytes-like parts, stored one after another."""
+        if not parts or not self.copies:
+            return INVALID_PARAMS
+        return self.put_parts_many(op, [key], [parts], config)[0]
 
     # ------------------------------------------------------------ values out
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 if TYPE_CHECKING:
     from typing_extensions import Buffer as Buffer  # the buffer protocol (PEP 688)
 
-    from .retry import RetryPolicy
+    from ..retry import RetryPolicy
 
 __all__ = ["ClientOptions", "DEFAULT", "Default", "Key", "Timeout"]
 

@@ -9,7 +9,7 @@ bytes (zero for a full tensor).  Dtypes are numbered as Mooncake numbers them (f
 float8_e5m2 14).  :func:`encode` and :func:`decode` write and read exactly that, so tensors
 written by either client read back through the other, and the functions below are the
 tensor calls of :class:`mooncake_cffi.store.MooncakeDistributedStore`, over its calls
-(:class:`~._direct.StoreCalls`).  torch is imported on first use; without it the tensor
+(:class:`~.calls.StoreCalls`).  torch is imported on first use; without it the tensor
 calls raise an ImportError saying what to install.
 """
 
@@ -21,7 +21,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from .status import OP_GET
+from ..status import OP_GET
 
 __all__ = [
     "META_BYTES",

@@ -8,10 +8,10 @@ defaults, the same answers (0 or Mooncake's negative ``ErrorCode``, lists from t
 calls, ``b""`` for a value that cannot be read, :class:`BufferHandle` objects from
 ``get_buffer``), over a :class:`mooncake_cffi.Client` (``store.client``: stats, metrics,
 deadlines, ``AsyncClient(store.client)``).  Calls run in one shim call each
-(:mod:`._direct`), refused batches are answered per key as Mooncake answers them
-(:mod:`._store_repair`), setup parses both of Mooncake's forms (:mod:`._store_setup`), the
-tensor calls use Mooncake's tensor format (:mod:`.store_tensors`), and what Mooncake answers
-before setup and after close, and the methods not supported, are in :mod:`._store_unset`.
+(:mod:`.calls`), refused batches are answered per key as Mooncake answers them
+(:mod:`.repair`), setup parses both of Mooncake's forms (:mod:`.setup_args`), the
+tensor calls use Mooncake's tensor format (:mod:`.tensors`), and what Mooncake answers
+before setup and after close, and the methods not supported, are in :mod:`.unset`.
 "Migrating from Mooncake's client" in the documentation (``docs/guide/migrating.md``)
 says what differs.
 """
@@ -21,16 +21,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import _store_setup, store_tensors
-from ._direct import StoreCalls, code_of
-from ._handles import BufferHandle
-from ._store_unset import UNSET, Unset, absent
-from ._store_unset import UNSUPPORTED as UNSUPPORTED
-from .client import Client
-from .errors import MooncakeError
-from .replica import ObjectDataType, ReplicateConfig, SoftPinAction
-from .sizes import parse_size
-from .status import FLAG_FORCE, OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
+from ..client import Client
+from ..errors import MooncakeError
+from ..replica import ObjectDataType, ReplicateConfig, SoftPinAction
+from ..sizes import parse_size
+from ..status import FLAG_FORCE, OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
+from . import setup_args
+from . import tensors as tensor_calls
+from .buffer_handles import BufferHandle
+from .calls import StoreCalls, code_of
+from .unset import UNSET, Unset, absent
 
 __all__ = [
     "BufferHandle",
@@ -67,7 +67,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
     Create it, call :meth:`setup`, use it, :meth:`close` it.  ``client`` is the underlying
     Client (None until setup and after close).  Thread-safe.  The methods of Mooncake's class
     that it does not support are absent (``hasattr`` False; the AttributeError names the
-    nearest supported call: :data:`UNSUPPORTED`).
+    nearest supported call: :data:`.unset.UNSUPPORTED`).
     """
 
     __slots__ = ("client", "_x", "__weakref__")
@@ -90,12 +90,12 @@ class MooncakeDistributedStore(metaclass=_StoreType):
 
         The dict takes Mooncake's keys (values as ``str(value)``, sizes such as
         ``"32 MB"``) and this package's (``num_workers``, ``per_op_workers``, ``op_timeout``,
-        ``connect_timeout``...: see :mod:`._store_setup`), which
+        ``connect_timeout``...: see :mod:`.setup_args`), which
         ``$MOONCAKE_CFFI_STORE_OPTIONS`` (a JSON object) also gives.  A second setup replaces the
         first client, as Mooncake's does.  ``engine`` (a shared TransferEngine) is not
         supported (NotImplementedError).
         """
-        form, config, engine = _store_setup.from_arguments(args, kwargs)
+        form, config, engine = setup_args.from_arguments(args, kwargs)
         if engine is not None:
             raise NotImplementedError(
                 "setup(engine=...): sharing a TransferEngine is not supported by "
@@ -104,14 +104,14 @@ class MooncakeDistributedStore(metaclass=_StoreType):
                 "(the client makes its own TransferEngine, with its own transfer ports)"
             )
         self.close()
-        rc = _store_setup.precheck(form, config)
+        rc = setup_args.precheck(form, config)
         if rc:
             return rc
-        cfg, options = _store_setup.build({**_store_setup.env_options(), **config})
+        cfg, options = setup_args.build({**setup_args.env_options(), **config})
         try:
             client = Client(cfg, register_l1=False, **options)
         except MooncakeError as exc:
-            return _store_setup.setup_failure(exc.code)
+            return setup_args.setup_failure(exc.code)
         self.client = client
         local_buffer = cfg.setup_config.get("local_buffer_size")
         copies = local_buffer is None or parse_size(local_buffer) != 0
@@ -353,11 +353,11 @@ class MooncakeDistributedStore(metaclass=_StoreType):
 
     def put_tensor(self, key: str, tensor: Any) -> int:
         """Store a torch tensor in Mooncake's tensor format; 0 or a code."""
-        return store_tensors.put_tensors(self._x, OP_PUT, [key], [tensor], None)[0]
+        return tensor_calls.put_tensors(self._x, OP_PUT, [key], [tensor], None)[0]
 
     def upsert_tensor(self, key: str, tensor: Any) -> int:
         """As :meth:`put_tensor`, replacing an existing value."""
-        return store_tensors.put_tensors(self._x, OP_UPSERT, [key], [tensor], None)[0]
+        return tensor_calls.put_tensors(self._x, OP_UPSERT, [key], [tensor], None)[0]
 
     def pub_tensor(self, key: str, tensor: Any, config: ReplicateConfig = _D) -> int:
         """:meth:`put_tensor` with replica options (preferred segments, if any, one per replica)."""
@@ -369,11 +369,11 @@ class MooncakeDistributedStore(metaclass=_StoreType):
 
     def batch_put_tensor(self, keys: list[str], tensors_list: list[Any]) -> list[int]:
         """Per-key codes of storing tensors."""
-        return store_tensors.put_tensors(self._x, OP_PUT, _keys(keys), tensors_list, None)
+        return tensor_calls.put_tensors(self._x, OP_PUT, _keys(keys), tensors_list, None)
 
     def batch_upsert_tensor(self, keys: list[str], tensors_list: list[Any]) -> list[int]:
         """As :meth:`batch_put_tensor`, replacing existing values."""
-        return store_tensors.put_tensors(self._x, OP_UPSERT, _keys(keys), tensors_list, None)
+        return tensor_calls.put_tensors(self._x, OP_UPSERT, _keys(keys), tensors_list, None)
 
     def batch_pub_tensor(
         self, keys: list[str], tensors_list: list[Any], config: ReplicateConfig = _D
@@ -388,50 +388,50 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         return self._pub(OP_UPSERT, _keys(keys), tensors_list, config)
 
     def _pub(self, op: int, keys: list[Any], tensors: Sequence[Any], config: Any) -> list[int]:
-        if store_tensors.replica_config_refused(config):
+        if tensor_calls.replica_config_refused(config):
             return [-600] * len(keys)
-        return store_tensors.put_tensors(
+        return tensor_calls.put_tensors(
             self._x, op, keys, tensors, None if config is _D else config
         )
 
     def get_tensor(self, key: str) -> Any:
         """The tensor stored under ``key``, or None."""
-        return store_tensors.get_tensors(self._x, [key])[0]
+        return tensor_calls.get_tensors(self._x, [key])[0]
 
     def batch_get_tensor(self, keys: list[str]) -> list[Any]:
         """The tensors stored under ``keys`` (None where none)."""
-        return store_tensors.get_tensors(self._x, _keys(keys))
+        return tensor_calls.get_tensors(self._x, _keys(keys))
 
     def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
         """Read ``key``'s value into the buffer and return a tensor over it, or None."""
         n = self._x.get_into(key, buffer_ptr, size) if buffer_ptr else -600
-        return store_tensors.tensor_at(buffer_ptr, n) if n >= 0 else None
+        return tensor_calls.tensor_at(buffer_ptr, n) if n >= 0 else None
 
     def batch_get_tensor_into(
         self, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
     ) -> list[Any]:
         """:meth:`get_tensor_into` per key (a list of -600 for buffers that do not pair up)."""
-        return store_tensors.get_tensors_into(self._x, _keys(keys), buffer_ptrs, sizes)
+        return tensor_calls.get_tensors_into(self._x, _keys(keys), buffer_ptrs, sizes)
 
     def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
         """Store a buffer that already holds a tensor in Mooncake's format (checked)."""
-        return store_tensors.put_tensor_from(self._x, OP_PUT, key, buffer_ptr, size)
+        return tensor_calls.put_tensor_from(self._x, OP_PUT, key, buffer_ptr, size)
 
     def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
         """As :meth:`put_tensor_from`, replacing an existing value."""
-        return store_tensors.put_tensor_from(self._x, OP_UPSERT, key, buffer_ptr, size)
+        return tensor_calls.put_tensor_from(self._x, OP_UPSERT, key, buffer_ptr, size)
 
     def batch_put_tensor_from(
         self, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
     ) -> list[int]:
         """:meth:`put_tensor_from` per key (any bad buffer fails them all, as Mooncake's)."""
-        return store_tensors.put_tensors_from(self._x, OP_PUT, _keys(keys), buffer_ptrs, sizes)
+        return tensor_calls.put_tensors_from(self._x, OP_PUT, _keys(keys), buffer_ptrs, sizes)
 
     def batch_upsert_tensor_from(
         self, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
     ) -> list[int]:
         """As :meth:`batch_put_tensor_from`, replacing existing values."""
-        return store_tensors.put_tensors_from(self._x, OP_UPSERT, _keys(keys), buffer_ptrs, sizes)
+        return tensor_calls.put_tensors_from(self._x, OP_UPSERT, _keys(keys), buffer_ptrs, sizes)
 
     def get_tensor_with_tp(
         self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0

@@ -12,10 +12,10 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from ._binding import ffi
-from ._replica_abi import attach_replica
-from .errors import InvalidArgumentError
-from .status import MCS_E_INVALID_ARG, OP_GET, OP_PUT, OP_UPSERT
+from ..errors import InvalidArgumentError
+from ..status import MCS_E_INVALID_ARG, OP_GET, OP_PUT, OP_UPSERT
+from .binding import ffi
+from .replica_options import attach_replica
 
 __all__ = [
     "address",

@@ -1,11 +1,11 @@
 """How a blocking call runs: its deadline, one shim call per batch, plans, retries.
 
-:class:`BlockingCalls` takes a :class:`~._native.NativeClient` and turns one operation into
+:class:`BlockingCalls` takes a :class:`~_capi.native.NativeClient` and turns one operation into
 one shim call: ``mcs_client_run_one`` for a single key, ``mcs_client_run_keys`` for a batch
 of keys only, ``mcs_client_run`` for the rest, through the calling thread's reused memory
-when it can (no deadline, nothing re-entering) and a private :class:`~._marshal.Packed` batch
+when it can (no deadline, nothing re-entering) and a private :class:`~_capi.marshal.Packed` batch
 otherwise.  It
-drives multi-step plans (:mod:`._plans`) within the call's deadline as a whole, retries
+drives multi-step plans (:mod:`_core.plans`) within the call's deadline as a whole, retries
 per-key failures per the client's :class:`~mooncake_cffi.RetryPolicy`, and keeps what a
 timed-out call left with the shim alive until its batch completes (the client's
 ``orphans``, freed by :meth:`~.batches.Batches.reap`).
@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from . import _binding
-from ._binding import ffi, lib
-from ._marshal import (
+from .._capi import binding
+from .._capi.binding import ffi, lib
+from .._capi.marshal import (
     Packed,
     ReusedBatch,
     checked_sizes,
@@ -30,19 +30,16 @@ from ._marshal import (
     refused,
     results_list,
 )
-from ._native import NativeClient
-from ._plans import Deadline, Plan, Sleep, Step, call_limit, retry_plan
-from ._types import DEFAULT, Timeout
-from .batches import Batches
-from .errors import (
+from .._capi.native import NativeClient
+from ..errors import (
     ClosedError,
     InvalidArgumentError,
     MooncakeError,
     MooncakeTimeoutError,
     error_for,
 )
-from .retry import RetryPolicy
-from .status import (
+from ..retry import RetryPolicy
+from ..status import (
     INVALID_PARAMS,
     MCS_E_CLOSED,
     MCS_E_INVALID_ARG,
@@ -54,6 +51,9 @@ from .status import (
     describe,
     is_retryable,
 )
+from .batches import Batches
+from .plans import Deadline, Plan, Sleep, Step, call_limit, retry_plan
+from .types import DEFAULT, Timeout
 
 __all__ = ["BlockingCalls", "NEEDS_PLAN"]
 
@@ -66,7 +66,7 @@ def _refusal(native: NativeClient, rc: int) -> Exception:
     """The error of a call the shim refused (a closed client's: ClosedError)."""
     if native.handle is None:
         return ClosedError(MCS_E_CLOSED, "the client is closed")
-    return error_for(rc, _binding.last_error())
+    return error_for(rc, binding.last_error())
 
 
 #: What :meth:`BlockingCalls.get_small` returns when the value needs the full get plan.
@@ -135,7 +135,7 @@ class BlockingCalls:
         rc = lib.mcs_client_run(native.checked(), idp, packed.batch)
         if rc == 0:
             return int(idp[0])
-        msg = _binding.last_error()
+        msg = binding.last_error()
         if rc == MCS_E_TIMEOUT:
             batch_id = int(idp[0])
             with native.lock:  # the shim still uses the batch: keep it until it completes
@@ -337,7 +337,7 @@ class BlockingCalls:
 
     def retried(self, step: Step, results: list[int], start: float, timeout: Timeout) -> list[int]:
         """``results`` of ``step`` after the client's retry policy tried the retryable keys
-        again (:func:`~._plans.retry_plan`), within what is left of the call's deadline."""
+        again (:func:`~_core.plans.retry_plan`), within what is left of the call's deadline."""
         if self.retry is None:
             return results
         deadline = Deadline(self.limit(timeout), start)
@@ -349,7 +349,7 @@ class BlockingCalls:
     def drive(
         self, plan: Plan, timeout: Timeout, retrying: bool = True, call: Deadline | None = None
     ) -> Any:
-        """Run a plan (see :mod:`._plans`) to its answer, one blocking batch per step, all
+        """Run a plan (see :mod:`_core.plans`) to its answer, one blocking batch per step, all
         of them within the call's deadline, each retried per the client's policy (unless
         ``retrying`` is False: the plan does its own).  A step that raises is thrown into
         the plan, which may handle it (and go on) or let it propagate.  ``call``: the

@@ -11,9 +11,9 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from ._binding import ffi, lib
-from .replica import ReplicateConfig
-from .status import OP_PUT, OP_UPSERT
+from ..replica import ReplicateConfig
+from ..status import OP_PUT, OP_UPSERT
+from .binding import ffi, lib
 
 __all__ = ["attach_replica", "replica_options"]
 

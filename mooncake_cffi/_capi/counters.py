@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import status
-from ._binding import ffi, lib
-from .errors import check
-from .status import LANE_OPS, LANES, OPS
+from .. import status
+from ..status import LANE_OPS, LANES, OPS
+from .binding import check, ffi, lib
 
 __all__ = ["integrity_stats", "lane_stats", "op_stats"]
 

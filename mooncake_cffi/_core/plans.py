@@ -2,7 +2,7 @@
 
 A plan is a generator: it yields requests, a :class:`Step` (one batch to run) or a
 :class:`Sleep` (a pause, between retries), receives each step's answer from whichever driver
-runs it (:class:`~._blocking.BlockingCalls` blocks in the shim, :class:`mooncake_cffi.AsyncClient`
+runs it (:class:`~.blocking.BlockingCalls` blocks in the shim, :class:`mooncake_cffi.AsyncClient`
 awaits a completion), and returns the answer of the whole operation.  A step that fails is
 thrown into the plan at its ``yield``.  The answer of a GET_BUFFER step is the values read
 (None where unread); of any other step, the per-key results.  Also here: turning per-key
@@ -15,10 +15,9 @@ import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from ._types import DEFAULT, Timeout
-from .errors import InvalidArgumentError, MooncakeError, MooncakeTimeoutError, error_for
-from .retry import RetryPolicy
-from .status import (
+from ..errors import InvalidArgumentError, MooncakeError, MooncakeTimeoutError, error_for
+from ..retry import RetryPolicy
+from ..status import (
     FLAG_SKIP_EXISTING,
     INVALID_PARAMS,
     MCS_E_DUPLICATE_KEY,
@@ -34,6 +33,7 @@ from .status import (
     describe,
     is_retryable,
 )
+from .types import DEFAULT, Timeout
 
 __all__ = [
     "MAX_RESIZE_ROUNDS",
@@ -91,7 +91,7 @@ MAX_TIMEOUT = (2**31 - 1) / 1000
 
 def call_limit(timeout: Timeout, default: float | None) -> float | None:
     """A call's time limit in seconds (None: none): ``timeout``, or ``default`` when it is
-    :data:`~._types.DEFAULT`; a ValueError for one that is not positive seconds."""
+    :data:`~_core.types.DEFAULT`; a ValueError for one that is not positive seconds."""
     t = default if timeout is DEFAULT else timeout
     if t is None:
         return None

@@ -3,7 +3,7 @@
 The shim refuses a batch with an empty key, a key holding a NUL byte, a key given twice, a
 NULL or empty buffer; Mooncake's own client answers such a batch per key (an empty key is
 simply absent, a key twice is read twice, an empty buffer fails alone).  The drop-in's calls
-(:mod:`._direct`) run the well-formed batch first, and only when the shim refuses it come
+(:mod:`.calls`) run the well-formed batch first, and only when the shim refuses it come
 here: keys that cannot go to the shim get Mooncake's answer for them, the others run again
 in rounds in which no key repeats (the r-th round holds every key's r-th occurrence, or
 counting from the last occurrence with ``reverse``: which occurrence's value a put keeps
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .status import (
+from ..status import (
     MCS_E_DUPLICATE_KEY,
     MCS_E_FORKED,
     MCS_E_INTERNAL,

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
-from . import _binding
-from ._binding import ffi, lib
-from ._pointers import address, point_at_address_parts, point_at_addresses
-from ._replica_abi import attach_replica
-from .errors import InvalidArgumentError, error_for
-from .status import MCS_E_INVALID_ARG
+from ..errors import InvalidArgumentError, error_for
+from ..status import MCS_E_INVALID_ARG
+from . import binding
+from .binding import ffi, lib
+from .pointers import address, point_at_address_parts, point_at_addresses
+from .replica_options import attach_replica
 
 __all__ = [
     "Packed",
@@ -374,7 +374,7 @@ def refused(rc: int, keys: Sequence[Any]) -> Exception:
     Keys travel NUL-separated, so the shim sees such a key as an empty one or as one too
     many; it is looked for here, only once the shim has refused the batch.
     """
-    msg = _binding.last_error()
+    msg = binding.last_error()
     if rc == MCS_E_INVALID_ARG and ("NUL" in msg or "empty" in msg):
         for i, k in enumerate(keys):
             if (isinstance(k, str) and "\0" in k) or (

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .status import OP_PUT, OP_UPSERT
+from ..status import OP_PUT, OP_UPSERT
 
 __all__ = ["UNSET", "UNSUPPORTED", "Unset", "absent"]
 
@@ -27,7 +27,7 @@ INVALID_PARAMS = -600
 
 
 class Unset:
-    """The calls of :class:`~._direct.StoreCalls`, answered as by a store not set up."""
+    """The calls of :class:`~.calls.StoreCalls`, answered as by a store not set up."""
 
     staged = False
     copies = False
@@ -90,7 +90,7 @@ class Unset:
     def get_into_ranges(
         self, addrs: Any, all_keys: Sequence[Sequence[Any]], dst: Any, src: Any, sizes: Any
     ) -> list[list[list[int]]]:
-        from ._store_repair import ranges_failed
+        from .repair import ranges_failed
 
         return ranges_failed(len(addrs), all_keys, dst, INVALID_PARAMS)
 

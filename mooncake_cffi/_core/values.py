@@ -2,8 +2,8 @@
 
 :class:`Values` is what :class:`mooncake_cffi.Client`'s puts, upserts and gets call.  Without
 L1 a value goes straight from (or into) Python memory in blocking batches through
-:class:`~._blocking.BlockingCalls` (gets: one round trip through the thread's scratch buffer
-for a small value, else the get plan of :mod:`._plans`); with an L1 region registered it is
+:class:`~_core.blocking.BlockingCalls` (gets: one round trip through the thread's scratch buffer
+for a small value, else the get plan of :mod:`_core.plans`); with an L1 region registered it is
 copied through the L1 :class:`~.staging.Staging` area.  For ``skip_existing`` puts it finds
 out which keys this call really wrote (:meth:`Values.first_writer_wins`), unless the client
 verifies values (``integrity``), whose shim tells that from each key's trailer.
@@ -15,13 +15,13 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ._blocking import NEEDS_PLAN, BlockingCalls
-from ._marshal import nbytes
-from ._native import NativeClient
-from ._plans import Step, batch_get_plan, first_writer_plan, raise_key_errors, segment_note
-from ._types import Timeout
+from .._capi.marshal import nbytes
+from .._capi.native import NativeClient
+from ..status import FLAG_SKIP_EXISTING, OP_PUT, OP_UPSERT
+from .blocking import NEEDS_PLAN, BlockingCalls
+from .plans import Step, batch_get_plan, first_writer_plan, raise_key_errors, segment_note
 from .staging import Staging
-from .status import FLAG_SKIP_EXISTING, OP_PUT, OP_UPSERT
+from .types import Timeout
 
 __all__ = ["Values"]
 
@@ -170,6 +170,6 @@ class Values:
         timeout: Timeout,
     ) -> list[int]:
         """``results`` of the skip-existing put ``step`` of ``values``, with ``PUT_EXISTED``
-        for every key another writer won (see :func:`~._plans.first_writer_plan`)."""
+        for every key another writer won (see :func:`~_core.plans.first_writer_plan`)."""
         plan = first_writer_plan(step, values, results)
         return self.calls.drive(plan, timeout)  # type: ignore[no-any-return]

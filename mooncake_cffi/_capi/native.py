@@ -5,7 +5,7 @@ created with (checked before any network traffic), the L1 region registered with
 that orders submits against drains, the batches whose memory the shim still borrows (submitted
 ones and those of timed-out blocking calls), the per-thread memory blocking calls reuse, and
 closing (normally, or fast for a process about to exit, and at interpreter exit).  The
-execution modules (:mod:`._blocking`, :mod:`._batches`) take it; :class:`mooncake_cffi.Client`
+execution modules (:mod:`_core.blocking`, :mod:`._batches`) take it; :class:`mooncake_cffi.Client`
 holds it.
 """
 
@@ -18,14 +18,14 @@ import threading
 import weakref
 from typing import Any
 
-from . import _binding
-from ._binding import ffi, lib
-from ._marshal import Packed, ReusedBatch
-from ._replica_abi import replica_options
-from .config import StoreConfig
-from .errors import ClosedError, check
-from .status import MCS_E_CLOSED
-from .wheel import adapt_setup_config
+from ..config import StoreConfig
+from ..errors import ClosedError
+from ..status import MCS_E_CLOSED
+from ..wheel import adapt_setup_config
+from . import binding, counters
+from .binding import check, ffi, lib
+from .marshal import Packed, ReusedBatch
+from .replica_options import replica_options
 
 __all__ = ["NativeClient", "ThreadState"]
 
@@ -158,7 +158,7 @@ class NativeClient:
         if connect_timeout is not None and probe_ms <= 0:
             probe_ms = -1  # 0 turns the probe off, as before
 
-        _binding.ensure_mooncake_loaded()
+        binding.ensure_mooncake_loaded()
         # Wheel adaptation (mooncake_cffi.wheel): wheels before 0.3.12 refuse
         # global_segment_size 0 and read "32 MB" as 32; the keys are rewritten for them.
         items = list(adapt_setup_config(config.setup_config).items())
@@ -236,6 +236,10 @@ class NativeClient:
             return False
         blocks = ffi.new("uint32_t *")
         return bool(lib.mcs_client_l1_blocks(self.handle, blocks) == 0 and blocks[0] > 0)
+
+    def integrity_stats(self) -> dict[str, int | bool]:
+        """The verification counters (see :func:`mooncake_cffi.integrity.integrity_stats`)."""
+        return counters.integrity_stats(self.checked())
 
     def fileno(self) -> int:
         fd = ffi.new("int *")

@@ -15,12 +15,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ._cdef import cdef_from_header, header_abi_version
+from ..errors import error_for
+from .cdef import cdef_from_header, header_abi_version
 
 __all__ = [
     "ABI_VERSION",
     "HEADER_PATH",
     "PRECOMPILED",
+    "check",
     "ensure_mooncake_loaded",
     "ffi",
     "last_error",
@@ -30,7 +32,8 @@ __all__ = [
     "shim_version",
 ]
 
-_HERE = Path(__file__).resolve().parent
+# The package directory (the shim and its header are installed beside __init__.py).
+_HERE = Path(__file__).resolve().parent.parent
 
 #: Installed copy of the shim's public header.
 HEADER_PATH = _HERE / "mcs.h"
@@ -45,7 +48,7 @@ _header_text = HEADER_PATH.read_text()
 
 try:
     # Written from mcs.h by the build (shim/gen_ffi.py): no header parsing at import.
-    from ._mcs_ffi import ffi as _ffi
+    from .._mcs_ffi import ffi as _ffi
 
     ffi: Any = _ffi
 
@@ -90,6 +93,13 @@ def last_error() -> str:
     return str(ffi.string(lib.mcs_last_error()).decode("utf-8", "replace"))
 
 
+def check(rc: int) -> int:
+    """Raise the exception for a negative shim status, with the shim's message."""
+    if rc < 0:
+        raise error_for(rc, last_error())
+    return rc
+
+
 def set_log_level(level: int) -> None:
     """Set Mooncake's log threshold, process-wide: 0 INFO, 1 WARNING, 2 ERROR, 3 silent.
 
@@ -98,8 +108,6 @@ def set_log_level(level: int) -> None:
     ensure_mooncake_loaded()
     rc = lib.mcs_set_log_level(int(level))
     if rc != 0:
-        from .errors import error_for
-
         raise error_for(rc, last_error())
 
 
@@ -120,7 +128,7 @@ def ensure_mooncake_loaded() -> None:
     with _load_lock:
         if lib.mcs_loaded():
             return
-        from . import wheel
+        from .. import wheel
 
         found = wheel.check_supported()
         wheel.prepare_runtime(found)

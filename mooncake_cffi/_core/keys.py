@@ -1,7 +1,7 @@
 """Operations on keys alone: exists, size, remove, and the leading-prefix lookup.
 
 :class:`Keys` is what :class:`mooncake_cffi.Client`'s key calls run: one key through the
-single-key fast path of :class:`~._blocking.BlockingCalls`, many through one keys-only batch,
+single-key fast path of :class:`~_core.blocking.BlockingCalls`, many through one keys-only batch,
 retried per the client's policy, with the per-key codes turned into answers (a missing key
 is False / None, never an error) or into the error of the first key that failed.
 """
@@ -11,12 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._blocking import BlockingCalls
-from ._marshal import exists_list
-from ._plans import Step, lookup_prefix_plan, raise_key_errors
-from ._types import Timeout
-from .errors import error_for
-from .status import (
+from .._capi.marshal import exists_list
+from ..errors import error_for
+from ..status import (
     FLAG_FORCE,
     OBJECT_NOT_FOUND,
     OP_EXISTS,
@@ -25,6 +22,9 @@ from .status import (
     describe,
     is_retryable,
 )
+from .blocking import BlockingCalls
+from .plans import Step, lookup_prefix_plan, raise_key_errors
+from .types import Timeout
 
 __all__ = ["Keys"]
 

@@ -1,0 +1,220 @@
+"""Batches that run in the background: submitted to their lane, finished through the eventfd.
+
+Every :class:`mooncake_cffi.Client` has one :class:`Batches` (``client.batches``; the client's
+``submit`` / ``drain`` / ``wait`` / ``fileno`` / ``pending`` / ``in_flight`` are the same
+calls).  A submit queues a batch on its operation's lane and returns its id at once; the
+keys are copied, the buffers and result arrays are kept alive here until the batch's
+:class:`Completion` has been drained.  Exactly one completion per batch; the client's eventfd
+(:meth:`Batches.fileno`) is readable while completions wait, so an event loop can watch it
+(:class:`mooncake_cffi.AsyncClient` does).  Draining also frees what timed-out blocking calls
+left with the shim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._capi.binding import check, ffi, lib
+from .._capi.marshal import Packed, as_list, gather_values, refused
+from .._capi.native import NativeClient
+from ..status import (
+    FLAG_FORCE,
+    FLAG_SKIP_EXISTING,
+    MCS_E_TIMEOUT,
+    OP_CODES,
+    OP_GET,
+    OP_GET_BUFFER,
+    OPS,
+)
+from .plans import Step
+
+if TYPE_CHECKING:
+    from ..replica import ReplicateConfig
+
+__all__ = ["Batches", "Completion"]
+
+_COMPLETION_SIZE = ffi.sizeof("struct mcs_completion")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished batch, as returned by :meth:`Client.drain`.
+
+    ``results`` holds one value per key (see the method that submitted it); ``status``
+    is 0 or the first per-key error (a missing key is reported only in its result);
+    ``message`` explains a non-zero status.  ``values`` holds the bytes read by a
+    ``get_buffer`` batch (None for a key it did not read), else None.  ``ran`` is
+    False when the batch as a whole did not run (``status`` then says why).
+    """
+
+    id: int
+    op: str
+    status: int
+    results: list[int]
+    n_failed: int
+    message: str
+    values: list[bytes | None] | None = None
+    user_data: Any = None
+    ran: bool = True
+
+    @property
+    def ok(self) -> bool:
+        """True when the batch ran and no key failed."""
+        return self.status == 0
+
+
+class Batches:
+    """Submitting batches to a client's lanes and draining their completions.
+
+    Created by the client (``client.batches``); thread-safe.
+    """
+
+    def __init__(self, native: NativeClient) -> None:
+        self.native = native
+
+    def submit(
+        self,
+        op: str,
+        keys: Sequence[str | bytes],
+        buffers: Sequence[Any] | None = None,
+        sizes: Sequence[int] | None = None,
+        *,
+        force: bool = False,
+        skip_existing: bool = False,
+        replicate_config: ReplicateConfig | None = None,
+        user_data: Any = None,
+    ) -> int:
+        """Queue a batch on its lane and return its id without waiting.
+
+        ``op`` is one of :data:`mooncake_cffi.OPS`: ``"exists"``, ``"get"``, ``"put"``,
+        ``"upsert"``, ``"remove"``, ``"size"``, ``"get_buffer"`` (reads values without
+        buffers of yours: they arrive as ``Completion.values``).  ``get`` needs writable
+        ``buffers``; ``put`` and ``upsert`` need readable ones; they (and the keys) are kept
+        alive here until the completion is drained.  ``force`` (remove) ignores the read
+        lease; ``skip_existing`` (put) looks keys up first and does not send present ones.
+        ``user_data`` comes back in the completion.  Exactly one :class:`Completion` per
+        batch becomes available through :meth:`drain`.  Refused batches (bad input, a full
+        lane, a closed client) raise here and get no completion.
+        """
+        code = OP_CODES.get(op) if isinstance(op, str) else None
+        if code is None:
+            raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
+        flags = (FLAG_FORCE if force else 0) | (FLAG_SKIP_EXISTING if skip_existing else 0)
+        step = Step(
+            code,
+            as_list(keys),
+            None if buffers is None else as_list(buffers, "buffers"),
+            flags,
+            replicate_config,
+            None if sizes is None else list(sizes),
+        )
+        return self.submit_step(step, writable=code == OP_GET, user_data=user_data)
+
+    def submit_step(self, step: Step, *, writable: bool = False, user_data: Any = None) -> int:
+        """Queue the batch of a plan's :class:`~_core.plans.Step`; its id.  ``writable``: GET
+        buffers must be writable (a plan's own fresh ``bytes`` buffers are filled in place
+        and are not)."""
+        packed = Packed(
+            step.op,
+            step.keys,
+            step.bufs,
+            step.sizes,
+            flags=step.flags,
+            writable=writable,
+            replicate_config=step.replicate_config,
+        )
+        native = self.native
+        idp = native.thread().idp
+        with native.lock:  # registered before the completion can be drained
+            rc = lib.mcs_client_submit(native.checked(), idp, packed.batch)
+            if rc < 0:
+                raise refused(rc, packed.keys)
+            batch_id = int(idp[0])
+            native.pending[batch_id] = (packed, user_data)
+        return batch_id
+
+    def drain(self, max_items: int = 1024) -> list[Completion]:
+        """Completions of finished batches (never blocks); resets the eventfd."""
+        native = self.native
+        handle = native.handle
+        if handle is None:
+            return []
+        out = ffi.new("struct mcs_completion[]", max_items)
+        if max_items > 0:
+            out[0].struct_size = _COMPLETION_SIZE  # the array's stride (see mcs_client_drain)
+        done: list[Completion] = []
+        with native.lock:
+            k = check(lib.mcs_client_drain(handle, out, max_items))
+            for i in range(k):
+                c = out[i]
+                bid = int(c.id)
+                if c.timed_out:  # a blocking call gave up on it: nobody to tell
+                    native.orphans.pop(bid, None)
+                    lib.mcs_client_release(handle, bid)
+                    continue
+                packed, user = native.pending.pop(bid, (None, None))
+                results = packed.unpack() if packed is not None else []
+                values = None
+                if c.op == OP_GET_BUFFER and packed is not None and c.status == 0:
+                    values = gather_values(packed, results)
+                    lib.mcs_client_release(handle, bid)
+                done.append(
+                    Completion(
+                        id=bid,
+                        op=OPS[c.op],
+                        status=int(c.status or c.first_error),
+                        results=results,
+                        n_failed=int(c.n_failed),
+                        message=ffi.string(c.message).decode("utf-8", "replace"),
+                        values=values,
+                        user_data=user,
+                        ran=c.status == 0,
+                    )
+                )
+        return done
+
+    def fileno(self) -> int:
+        """The completion eventfd (non-blocking, close-on-exec, owned by the client):
+        readable while completions wait to be drained."""
+        return self.native.fileno()
+
+    def reap(self) -> None:
+        """Free what timed-out blocking calls left with the shim, once their batches ended.
+
+        When batches are pending, their completions are someone else's to drain (draining
+        reaps the orphans then); otherwise this drains.
+        """
+        if not self.native.pending:
+            self.drain()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a completion is waiting (True) or ``timeout`` seconds pass (False)."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        rc = lib.mcs_client_wait(self.native.checked(), ms)
+        if rc == MCS_E_TIMEOUT:
+            return False
+        check(rc)
+        return True
+
+    def finished(self, batch_id: int) -> bool:
+        """True once batch ``batch_id`` (submitted, or a blocking call's that timed out) has
+        ended and its completion was drained (reaping those of timed-out calls first)."""
+        native = self.native
+        if batch_id in native.orphans:
+            self.reap()
+        return batch_id not in native.orphans and batch_id not in native.pending
+
+    @property
+    def pending(self) -> int:
+        """Submitted batches whose completion has not been drained yet."""
+        return len(self.native.pending)
+
+    @property
+    def in_flight(self) -> int:
+        """Batches the shim still works on: submitted and not drained, plus timed-out calls."""
+        native = self.native
+        if native.orphans and not native.pending:
+            self.drain()
+        return len(native.pending) + len(native.orphans)
