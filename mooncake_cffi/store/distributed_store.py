@@ -26,7 +26,7 @@ from ..errors import MooncakeError
 from ..replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from ..sizes import parse_size
 from ..status import FLAG_FORCE, OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
-from . import setup_args
+from . import sessions, setup_args
 from . import tensors as tensor_calls
 from .buffer_handles import BufferHandle
 from .calls import StoreCalls, code_of
@@ -348,6 +348,79 @@ class MooncakeDistributedStore(metaclass=_StoreType):
     def unregister_buffer(self, buffer_ptr: int) -> int:
         """Unregister the buffer registered at ``buffer_ptr``; 0 or -600."""
         return self._x.unregister(buffer_ptr)
+
+    # ------------------------------------------------------------ sessions (Mooncake 0.3.13)
+
+    def _native(self) -> Any:
+        """The client's native side, or None before setup and after close."""
+        x = self._x
+        return None if isinstance(x, Unset) else x.native
+
+    def batch_put_session_start(
+        self, keys: list[str], sizes: list[int], config: ReplicateConfig = _D
+    ) -> list[int]:
+        """Start a put session: reserve each key's ``sizes[i]`` bytes without transfer; 0 or
+        Mooncake's code per key (-705 a key that exists, -200 no space)."""
+        native = self._native()
+        if native is None:
+            return []
+        return sessions.put_start(native, keys, sizes, None if config is _D else config)
+
+    def batch_put_from_multi_buffer_ranges(
+        self,
+        keys: list[str],
+        all_buffer_ptrs: list[list[int]],
+        all_sizes: list[list[int]],
+        all_dst_offsets: list[list[int]],
+    ) -> list[int]:
+        """Write key i's ranges (``all_sizes[i][j]`` bytes at ``all_buffer_ptrs[i][j]`` to
+        offset ``all_dst_offsets[i][j]`` of its reserved object), in any order; bytes
+        written per key, or a code (-600: no session, a range past the size)."""
+        native = self._native()
+        if native is None:
+            return []
+        return sessions.ranges(
+            native, sessions.PUT_RANGES, keys, all_buffer_ptrs, all_sizes, all_dst_offsets
+        )
+
+    def batch_put_session_end(self, keys: list[str]) -> list[int]:
+        """Complete a put session: the objects become readable; 0 or a code per key."""
+        native = self._native()
+        return [] if native is None else sessions.keys_call(native, sessions.PUT_END, keys)
+
+    def batch_put_session_revoke(self, keys: list[str]) -> list[int]:
+        """Revoke an incomplete put session: nothing of it stays; 0 or a code per key."""
+        native = self._native()
+        return [] if native is None else sessions.keys_call(native, sessions.PUT_REVOKE, keys)
+
+    def batch_get_session_start(self, keys: list[str]) -> list[int]:
+        """Start a get session: query each key's replicas once (a read lease); 0 or a code."""
+        native = self._native()
+        return [] if native is None else sessions.keys_call(native, sessions.GET_START, keys)
+
+    def batch_get_into_multi_buffer_ranges(
+        self,
+        keys: list[str],
+        all_buffer_ptrs: list[list[int]],
+        all_sizes: list[list[int]],
+        all_src_offsets: list[list[int]],
+    ) -> list[int]:
+        """Read key i's ranges (``all_sizes[i][j]`` bytes from offset
+        ``all_src_offsets[i][j]`` of its object to ``all_buffer_ptrs[i][j]``) of a get
+        session; bytes read per key, or a code."""
+        native = self._native()
+        if native is None:
+            return []
+        return sessions.ranges(
+            native, sessions.GET_RANGES, keys, all_buffer_ptrs, all_sizes, all_src_offsets
+        )
+
+    def batch_get_session_end(self, keys: list[str]) -> int:
+        """End a get session, dropping its queried replicas: 0 (-1 before setup)."""
+        native = self._native()
+        if native is None:
+            return -1
+        return sessions.keys_call(native, sessions.GET_END, keys)[0]
 
     # ------------------------------------------------------------ tensors (torch)
 
