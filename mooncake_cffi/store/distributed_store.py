@@ -21,15 +21,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..admin import AdminClient, admin_url_for_master
 from ..client import Client
 from ..errors import MooncakeError
 from ..replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from ..sizes import parse_size
 from ..status import FLAG_FORCE, OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
-from . import sessions, setup_args
+from . import replicas, sessions, setup_args
 from . import tensors as tensor_calls
 from .buffer_handles import BufferHandle
 from .calls import StoreCalls, code_of
+from .replicas import ReplicaDescriptor
 from .unset import UNSET, Unset, absent
 
 __all__ = [
@@ -70,7 +72,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
     nearest supported call: :data:`.unset.UNSUPPORTED`).
     """
 
-    __slots__ = ("client", "_x", "__weakref__")
+    __slots__ = ("client", "_x", "_admin", "__weakref__")
 
     def __getattr__(self, name: str) -> Any:
         # Called only for names that are missing.
@@ -79,22 +81,13 @@ class MooncakeDistributedStore(metaclass=_StoreType):
     def __init__(self) -> None:
         self.client: Client | None = None
         self._x: StoreCalls | Unset = UNSET
+        self._admin: AdminClient | None = None
 
     # ------------------------------------------------------------ lifecycle
 
     def setup(self, *args: Any, **kwargs: Any) -> int:
-        """``setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
-        protocol, rdma_devices, master_server_addr, engine=None, enable_ssd_offload=False,
-        ssd_offload_path='', tenant_id='default', enable_client_http_server=False,
-        client_http_port=9300)`` or ``setup(config: dict)``: 0, or Mooncake's code.
-
-        The dict takes Mooncake's keys (values as ``str(value)``, sizes such as
-        ``"32 MB"``) and this package's (``num_workers``, ``per_op_workers``, ``op_timeout``,
-        ``connect_timeout``...: see :mod:`.setup_args`), which
-        ``$MOONCAKE_CFFI_STORE_OPTIONS`` (a JSON object) also gives.  A second setup replaces the
-        first client, as Mooncake's does.  ``engine`` (a shared TransferEngine) is not
-        supported (NotImplementedError).
-        """
+        # The docstring and signature are Mooncake's (pybind11's overload doc, the
+        # positional form): see setup_args.SETUP_DOC / SETUP_SIGNATURE, set below the class.
         form, config, engine = setup_args.from_arguments(args, kwargs)
         if engine is not None:
             raise NotImplementedError(
@@ -107,7 +100,9 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         rc = setup_args.precheck(form, config)
         if rc:
             return rc
-        cfg, options = setup_args.build({**setup_args.env_options(), **config})
+        merged = {**setup_args.env_options(), **config}
+        admin_url = merged.pop("admin_url", None)
+        cfg, options = setup_args.build(merged)
         try:
             client = Client(cfg, register_l1=False, **options)
         except MooncakeError as exc:
@@ -116,6 +111,10 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         local_buffer = cfg.setup_config.get("local_buffer_size")
         copies = local_buffer is None or parse_size(local_buffer) != 0
         self._x = StoreCalls(client, staged=cfg.protocol != "tcp", copies=copies)
+        master = str(cfg.setup_config.get("master_server_addr", ""))
+        if admin_url is None and master and "://" not in master:
+            admin_url = admin_url_for_master(master)
+        self._admin = AdminClient(str(admin_url)) if admin_url else None
         return 0
 
     def init_all(self, protocol: str, device_name: str, mount_segment_size: int, /) -> int:
@@ -131,7 +130,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
     def close(self) -> int:
         """Tear the client down (0; again: 0).  BufferHandles still alive stay valid: the
         client closes once the last is dropped."""
-        calls, self.client, self._x = self._x, None, UNSET
+        calls, self.client, self._x, self._admin = self._x, None, UNSET, None
         calls.close()  # once the BufferHandles of the store are dropped, if any are alive
         return 0
 
@@ -422,6 +421,22 @@ class MooncakeDistributedStore(metaclass=_StoreType):
             return -1
         return sessions.keys_call(native, sessions.GET_END, keys)[0]
 
+    # ------------------------------------------------------------ replica descriptors
+
+    def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
+        """The replicas of ``key`` as :class:`ReplicaDescriptor` objects ([] when missing,
+        not ready, or before setup), from the master's admin API (:mod:`.replicas`)."""
+        if self._admin is None or not isinstance(key, str):
+            return []
+        return replicas.replica_desc(self._admin, key)
+
+    def batch_get_replica_desc(self, keys: list[str]) -> dict[str, list[ReplicaDescriptor]]:
+        """Key -> its replicas, for the keys the master has complete (others left out)."""
+        ks = _keys(keys)
+        if self._admin is None or not ks:
+            return {}
+        return replicas.batch_replica_desc(self._admin, ks)
+
     # ------------------------------------------------------------ tensors (torch)
 
     def put_tensor(self, key: str, tensor: Any) -> int:
@@ -546,3 +561,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         keys = _keys(base_keys)
         keys = keys if tp_size <= 1 else [f"{k}_tp_{tp_rank}" for k in keys]
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
+
+
+MooncakeDistributedStore.setup.__doc__ = setup_args.SETUP_DOC
+MooncakeDistributedStore.setup.__signature__ = setup_args.SETUP_SIGNATURE  # type: ignore[attr-defined]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from ..admin import AdminClient, AdminError
 from ..admin.model import KeyInfo, Replica
@@ -169,23 +168,15 @@ def batch_replica_desc(
     admin: AdminClient, keys: Sequence[str]
 ) -> dict[str, list[ReplicaDescriptor]]:
     """``batch_get_replica_desc``: key -> its replicas, for the keys the master answered."""
+    wanted = [k for k in keys if AdminClient.can_query(k)]
     try:
-        answers = admin.query([k for k in keys if AdminClient.can_query(k)])
-    except (AdminError, OSError) as exc:
-        if getattr(exc, "status", None) is None:
-            _warn(admin, exc)
-            return {}
-        answers = None  # one key not ready, say: ask for each alone
+        answers = admin.query(wanted)
+    except (AdminError, OSError):  # one key not ready, say (or no answer): ask for each
+        found = {k: replica_desc(admin, k) for k in wanted}
+        return {k: v for k, v in found.items() if v}
     out: dict[str, list[ReplicaDescriptor]] = {}
-    for key in keys:
-        if answers is not None:
-            info: Any = answers.get(key.encode(), None)
-        else:
-            found = replica_desc(admin, key)
-            info = found or None
-            if found:
-                out[key] = found
-                continue
+    for key in wanted:
+        info = answers.get(key.encode())
         if info is not None:
             out[key] = _descriptors(info)
     return out

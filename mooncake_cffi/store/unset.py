@@ -115,8 +115,6 @@ UNSUPPORTED: dict[str, str] = {
     "unmount_local_disk_segment": _SETUP_MEMORY,
     "alloc_from_mem_pool": "register_buffer() on memory of your own",
     "get_offload_rpc_read_count": "store.client.op_stats() (per-operation counters)",
-    "get_replica_desc": "mooncake_cffi.admin.AdminClient(master_admin_url).query_key(key)",
-    "batch_get_replica_desc": "mooncake_cffi.admin.AdminClient(master_admin_url).query(keys)",
     "batch_replica_clear": "batch_remove()",
     "create_copy_task": "put / batch_put_from with config.replica_num or preferred_segments",
     "create_move_task": "put / batch_put_from with config.preferred_segments",
