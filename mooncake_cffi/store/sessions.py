@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._capi.binding import ffi, lib
+from .._capi.binding import ffi
 from .._capi.marshal import pack_keys
 from .._capi.replica_options import replica_options
+from .._capi.session import SESSION_OPS, run_session
 from .repair import code_of
 
 __all__ = [
@@ -35,14 +36,7 @@ __all__ = [
 
 INVALID_PARAMS = -600
 
-# enum mcs_session_op (mcs.h)
-PUT_START = lib.MCS_SESSION_PUT_START
-PUT_RANGES = lib.MCS_SESSION_PUT_RANGES
-PUT_END = lib.MCS_SESSION_PUT_END
-PUT_REVOKE = lib.MCS_SESSION_PUT_REVOKE
-GET_START = lib.MCS_SESSION_GET_START
-GET_RANGES = lib.MCS_SESSION_GET_RANGES
-GET_END = lib.MCS_SESSION_GET_END
+PUT_START, PUT_RANGES, PUT_END, PUT_REVOKE, GET_START, GET_RANGES, GET_END = SESSION_OPS
 
 
 def _key_list(keys: Any) -> list[str]:
@@ -68,22 +62,8 @@ def _sizes(values: Any, what: str) -> list[int]:
 
 def _run(native: Any, op: int, keys: list[str], fill: Any = None) -> list[int]:
     """One mcs_client_session call; per-key results (GET_END: one)."""
-    s = ffi.new("struct mcs_session *")
-    s.struct_size = ffi.sizeof("struct mcs_session")
-    s.op = op
-    s.n = len(keys)
-    packed = ffi.from_buffer(pack_keys(keys)) if keys else ffi.NULL
-    s.key_data = packed
-    s.key_bytes = len(packed) + 1 if keys else 0
-    count = 1 if op == GET_END else len(keys)
-    results = ffi.new("int64_t[]", max(count, 1))
-    s.results = results
-    keep = fill(s) if fill is not None else None
-    rc = lib.mcs_client_session(native.handle, s)
-    del keep
-    if rc:
-        return [code_of(rc)] * count
-    return list(ffi.unpack(results, count))
+    rc, results = run_session(native.handle, op, pack_keys(keys) if keys else b"", len(keys), fill)
+    return [code_of(rc)] * len(results) if rc else results
 
 
 def put_start(native: Any, keys: Any, sizes: Any, config: Any) -> list[int]:
