@@ -74,7 +74,8 @@
  *     ABI 3: mcs_client_register_buffer, mcs_client_unregister_buffer and
  *     mcs_client_get_into_ranges (struct mcs_ranges); the client option
  *     "integrity" with MCS_E_CORRUPT and mcs_client_integrity_stats
- *     (struct mcs_integrity_stats).
+ *     (struct mcs_integrity_stats); mcs_client_session (struct
+ *     mcs_session, enum mcs_session_op).
  *  2  Batches as struct mcs_batch with packed keys; struct_size on the
  *     growable structs; GET_BUFFER with mcs_release; per-operation stats.
  *  1  The first ABI: per-operation lanes, completions, L1 registration.
@@ -327,6 +328,41 @@ struct mcs_ranges {
     const uint64_t *src_offsets;    /* one per range: into the key's value */
     const uint64_t *sizes;          /* one per range: bytes to copy */
     int64_t *results;               /* out, one per range: bytes read, or <0 */
+};
+
+/* Mooncake's session API (Mooncake 0.3.13 and later), one call of it per
+ * mcs_client_session(): RealClient keeps the sessions (a put session's
+ * reserved objects, a get session's queried replicas and their lease). */
+enum mcs_session_op {
+    MCS_SESSION_PUT_START = 0,  /* batch_put_session_start: reserve sizes[i] bytes per key */
+    MCS_SESSION_PUT_RANGES = 1, /* batch_put_from_multi_buffer_ranges */
+    MCS_SESSION_PUT_END = 2,    /* batch_put_session_end: make the objects readable */
+    MCS_SESSION_PUT_REVOKE = 3, /* batch_put_session_revoke: drop the reservations */
+    MCS_SESSION_GET_START = 4,  /* batch_get_session_start: query replicas once */
+    MCS_SESSION_GET_RANGES = 5, /* batch_get_into_multi_buffer_ranges */
+    MCS_SESSION_GET_END = 6     /* batch_get_session_end (one result) */
+};
+
+/* One session call.  The n keys are packed in key_data as for
+ * mcs_client_run_keys() (an empty key is passed on).  PUT_START reads sizes
+ * (n) and replica (NULL: Mooncake's defaults).  PUT_RANGES and GET_RANGES
+ * read ranges_per_key (n counts); range r (numbered across the keys in
+ * order) moves range_sizes[r] bytes between bufs[r] and offset offsets[r] of
+ * its key's object.  Every array is read during the call only.  results gets
+ * Mooncake's per-key answer (n of them; GET_END: one, results[0]). */
+struct mcs_session {
+    uint32_t struct_size; /* sizeof(struct mcs_session) */
+    int32_t op;           /* enum mcs_session_op */
+    uint64_t n;           /* keys */
+    const char *key_data;
+    uint64_t key_bytes;
+    const uint64_t *sizes;                      /* PUT_START: n object sizes */
+    const struct mcs_replica_options *replica;  /* PUT_START, or NULL */
+    const uint64_t *ranges_per_key;             /* *_RANGES: n counts */
+    void *const *bufs;                          /* *_RANGES: one per range */
+    const uint64_t *range_sizes;                /* *_RANGES: one per range */
+    const uint64_t *offsets;                    /* *_RANGES: one per range, into the object */
+    int64_t *results;                           /* out */
 };
 
 /* One finished batch, as returned by mcs_client_drain(). */
@@ -613,6 +649,15 @@ MCS_API int mcs_client_unregister_buffer(mcs_client *c, void *ptr);
  * has no get_into_ranges; MCS_E_CLOSED.  Counted in the GET operation's
  * statistics (one call; its keys; the bytes read). */
 MCS_API int mcs_client_get_into_ranges(mcs_client *c, const struct mcs_ranges *ranges);
+
+/* Runs one call of Mooncake's session API (struct mcs_session) on the
+ * calling thread: 0 when it ran, Mooncake's answers in session->results
+ * (0 or bytes moved per key, or Mooncake's code).  A negative return when it
+ * did not run: MCS_E_INVALID_ARG for an unknown op, NULL arrays with non-zero
+ * counts or keys that overrun key_bytes; MCS_E_UNSUPPORTED when the loaded
+ * wheel has no session API (before 0.3.13) or for replica options it cannot
+ * honour; MCS_E_CLOSED. */
+MCS_API int mcs_client_session(mcs_client *c, const struct mcs_session *session);
 
 /* --- batches --- */
 

@@ -1,6 +1,7 @@
-"""The drop-in's surface against the installed Mooncake class: every public name exists,
-parameters and defaults are Mooncake's, the unsupported methods say what to use instead,
-and a store that is not set up answers (where Mooncake's own crashes the process)."""
+"""The drop-in's surface against the installed Mooncake class: every public name is
+implemented or absent (an absent one's AttributeError says what to use instead),
+parameters and defaults are Mooncake's, and a store that is not set up answers (where
+Mooncake's own crashes the process)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,20 @@ def _public(cls: type) -> set[str]:
     return {n for n in dir(cls) if not n.startswith("_")}
 
 
-def test_every_public_name_of_mooncakes_class_exists_on_ours() -> None:
-    missing = _public(THEIRS) - _public(OURS)
-    assert not missing, f"add these to mooncake_cffi.store (or to UNSUPPORTED): {missing}"
+def test_every_public_name_of_mooncakes_class_is_implemented_or_absent() -> None:
+    theirs, ours = _public(THEIRS), _public(OURS)
+    unsupported = set(UNSUPPORTED)
+    assert not (theirs - ours) - unsupported, "add these to mooncake_cffi.store or UNSUPPORTED"
+    assert not unsupported & ours, "a name is both implemented and listed as unsupported"
+    assert unsupported <= theirs, "UNSUPPORTED names a method Mooncake's class does not have"
+    s = OURS()
+    for name in sorted(theirs):
+        if name in unsupported:  # absent, as in a Mooncake without it
+            assert not hasattr(s, name) and not hasattr(OURS, name), name
+            assert name not in dir(s) and name not in dir(OURS), name
+            assert getattr(s, name, None) is None, name
+        else:  # implemented: a method of the class itself, never a stand-in that raises
+            assert callable(getattr(s, name)) and name in vars(OURS), name
 
 
 def test_the_module_exports_mooncakes_replica_classes() -> None:
@@ -102,15 +114,41 @@ def test_parameters_and_defaults_are_mooncakes(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(UNSUPPORTED))
-def test_an_unsupported_method_names_the_nearest_supported_call(name: str) -> None:
-    with pytest.raises(NotImplementedError, match=re.escape(name)) as exc:
-        getattr(OURS(), name)("k", 1, 2)
-    assert UNSUPPORTED[name] in str(exc.value)
+def test_an_absent_method_names_the_nearest_supported_call(name: str) -> None:
+    for owner in (OURS(), OURS):
+        with pytest.raises(AttributeError, match=re.escape(repr(name))) as exc:
+            getattr(owner, name)
+        assert UNSUPPORTED[name] in str(exc.value)
+        assert "not supported by mooncake_cffi.store" in str(exc.value)
 
 
-def test_setup_with_a_shared_engine_is_refused_by_name() -> None:
-    with pytest.raises(NotImplementedError, match="engine"):
+def test_a_name_mooncake_never_had_is_a_plain_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'no_such_call'$"):
+        OURS().no_such_call  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'no_such_call'$"):
+        OURS.no_such_call  # noqa: B018
+
+
+def test_vllms_session_probe_answers_what_the_class_has() -> None:
+    # vLLM's store worker takes the session path when all seven are there and callable.
+    names = (
+        "batch_put_session_start",
+        "batch_put_from_multi_buffer_ranges",
+        "batch_put_session_end",
+        "batch_put_session_revoke",
+        "batch_get_session_start",
+        "batch_get_into_multi_buffer_ranges",
+        "batch_get_session_end",
+    )
+    s = OURS()
+    probe = all(callable(getattr(s, n, None)) for n in names)
+    assert probe is all(n not in UNSUPPORTED for n in names)
+
+
+def test_setup_with_a_shared_engine_is_refused_saying_why_and_what_to_do() -> None:
+    with pytest.raises(NotImplementedError, match="engine") as exc:
         OURS().setup("127.0.0.1", "http://127.0.0.1:1/metadata", 0, MIB, "tcp", "", "h:1", object())
+    assert "without engine" in str(exc.value)
 
 
 def test_a_store_that_is_not_set_up_answers_instead_of_crashing() -> None:

@@ -9,17 +9,33 @@
 * :mod:`.repair` answering key by key where the shim refuses a batch as a whole;
 * :mod:`.buffer_handles` ``BufferHandle`` over Mooncake's own memory;
 * :mod:`.tensors` the tensor calls' encoding;
-* :mod:`.unset` the argument markers of the methods.
+* :mod:`.unset` the argument markers of the methods, and the methods that are absent;
+* :mod:`.sessions` Mooncake's session API; :mod:`.replicas` replica descriptors;
+  :mod:`.numa` ``bind_to_numa_node``.
 """
 
 from ..replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from .buffer_handles import BufferHandle
 from .distributed_store import MooncakeDistributedStore
+from .numa import bind_to_numa_node
+from .replicas import (
+    Descriptor,
+    DiskDescriptor,
+    MemoryDescriptor,
+    ReplicaDescriptor,
+    ReplicaStatus,
+)
 
 __all__ = [
     "BufferHandle",
+    "Descriptor",
+    "DiskDescriptor",
+    "MemoryDescriptor",
     "MooncakeDistributedStore",
     "ObjectDataType",
+    "ReplicaDescriptor",
+    "ReplicaStatus",
     "ReplicateConfig",
     "SoftPinAction",
+    "bind_to_numa_node",
 ]

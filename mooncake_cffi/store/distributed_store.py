@@ -21,16 +21,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..admin import AdminClient, admin_url_for_master
 from ..client import Client
 from ..errors import MooncakeError
 from ..replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from ..sizes import parse_size
 from ..status import FLAG_FORCE, OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
-from . import setup_args
+from . import replicas, sessions, setup_args
 from . import tensors as tensor_calls
 from .buffer_handles import BufferHandle
 from .calls import StoreCalls, code_of
-from .unset import UNSET, UNSUPPORTED, Unset, unsupported
+from .replicas import ReplicaDescriptor
+from .unset import UNSET, Unset, absent
 
 __all__ = [
     "BufferHandle",
@@ -53,45 +55,54 @@ def _keys(keys: Any) -> list[Any]:
     return list(keys)
 
 
-class MooncakeDistributedStore:
+class _StoreType(type):
+    """The class's type: a missing class attribute that Mooncake's class has raises the
+    AttributeError naming the nearest supported call (as the instances' do)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        raise absent(f"type object {cls.__name__!r}", name)
+
+
+class MooncakeDistributedStore(metaclass=_StoreType):
     """Mooncake's ``MooncakeDistributedStore`` over :class:`mooncake_cffi.Client`.
 
     Create it, call :meth:`setup`, use it, :meth:`close` it.  ``client`` is the underlying
-    Client (None until setup and after close).  Thread-safe.
+    Client (None until setup and after close).  Thread-safe.  The methods of Mooncake's class
+    that it does not support are absent (``hasattr`` False; the AttributeError names the
+    nearest supported call: :data:`.unset.UNSUPPORTED`).
     """
 
-    __slots__ = ("client", "_x", "__weakref__")
+    __slots__ = ("client", "_x", "_admin", "__weakref__")
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for names that are missing.
+        raise absent(f"{type(self).__name__!r} object", name)
 
     def __init__(self) -> None:
         self.client: Client | None = None
         self._x: StoreCalls | Unset = UNSET
+        self._admin: AdminClient | None = None
 
     # ------------------------------------------------------------ lifecycle
 
     def setup(self, *args: Any, **kwargs: Any) -> int:
-        """``setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
-        protocol, rdma_devices, master_server_addr, engine=None, enable_ssd_offload=False,
-        ssd_offload_path='', tenant_id='default', enable_client_http_server=False,
-        client_http_port=9300)`` or ``setup(config: dict)``: 0, or Mooncake's code.
-
-        The dict takes Mooncake's keys (values as ``str(value)``, sizes such as
-        ``"32 MB"``) and this package's (``num_workers``, ``per_op_workers``, ``op_timeout``,
-        ``connect_timeout``...: see :mod:`.setup_args`), which
-        ``$MOONCAKE_CFFI_STORE_OPTIONS`` (a JSON object) also gives.  A second setup replaces the
-        first client, as Mooncake's does.  ``engine`` (a shared TransferEngine) is not
-        supported (NotImplementedError).
-        """
+        # The docstring and signature are Mooncake's (pybind11's overload doc, the
+        # positional form): see setup_args.SETUP_DOC / SETUP_SIGNATURE, set below the class.
         form, config, engine = setup_args.from_arguments(args, kwargs)
         if engine is not None:
             raise NotImplementedError(
                 "setup(engine=...): sharing a TransferEngine is not supported by "
-                "mooncake_cffi.store; call setup without engine (the client makes its own)"
+                "mooncake_cffi.store: the engine lives inside mooncake.engine's pybind11 object, "
+                "which the drop-in (over a C ABI) cannot reach safely; call setup without engine "
+                "(the client makes its own TransferEngine, with its own transfer ports)"
             )
         self.close()
         rc = setup_args.precheck(form, config)
         if rc:
             return rc
-        cfg, options = setup_args.build({**setup_args.env_options(), **config})
+        merged = {**setup_args.env_options(), **config}
+        admin_url = merged.pop("admin_url", None)
+        cfg, options = setup_args.build(merged)
         try:
             client = Client(cfg, register_l1=False, **options)
         except MooncakeError as exc:
@@ -100,6 +111,10 @@ class MooncakeDistributedStore:
         local_buffer = cfg.setup_config.get("local_buffer_size")
         copies = local_buffer is None or parse_size(local_buffer) != 0
         self._x = StoreCalls(client, staged=cfg.protocol != "tcp", copies=copies)
+        master = str(cfg.setup_config.get("master_server_addr", ""))
+        if admin_url is None and master and "://" not in master:
+            admin_url = admin_url_for_master(master)
+        self._admin = AdminClient(str(admin_url)) if admin_url else None
         return 0
 
     def init_all(self, protocol: str, device_name: str, mount_segment_size: int, /) -> int:
@@ -115,7 +130,7 @@ class MooncakeDistributedStore:
     def close(self) -> int:
         """Tear the client down (0; again: 0).  BufferHandles still alive stay valid: the
         client closes once the last is dropped."""
-        calls, self.client, self._x = self._x, None, UNSET
+        calls, self.client, self._x, self._admin = self._x, None, UNSET, None
         calls.close()  # once the BufferHandles of the store are dropped, if any are alive
         return 0
 
@@ -333,6 +348,95 @@ class MooncakeDistributedStore:
         """Unregister the buffer registered at ``buffer_ptr``; 0 or -600."""
         return self._x.unregister(buffer_ptr)
 
+    # ------------------------------------------------------------ sessions (Mooncake 0.3.13)
+
+    def _native(self) -> Any:
+        """The client's native side, or None before setup and after close."""
+        x = self._x
+        return None if isinstance(x, Unset) else x.native
+
+    def batch_put_session_start(
+        self, keys: list[str], sizes: list[int], config: ReplicateConfig = _D
+    ) -> list[int]:
+        """Start a put session: reserve each key's ``sizes[i]`` bytes without transfer; 0 or
+        Mooncake's code per key (-705 a key that exists, -200 no space)."""
+        native = self._native()
+        if native is None:
+            return []
+        return sessions.put_start(native, keys, sizes, None if config is _D else config)
+
+    def batch_put_from_multi_buffer_ranges(
+        self,
+        keys: list[str],
+        all_buffer_ptrs: list[list[int]],
+        all_sizes: list[list[int]],
+        all_dst_offsets: list[list[int]],
+    ) -> list[int]:
+        """Write key i's ranges (``all_sizes[i][j]`` bytes at ``all_buffer_ptrs[i][j]`` to
+        offset ``all_dst_offsets[i][j]`` of its reserved object), in any order; bytes
+        written per key, or a code (-600: no session, a range past the size)."""
+        native = self._native()
+        if native is None:
+            return []
+        return sessions.ranges(
+            native, sessions.PUT_RANGES, keys, all_buffer_ptrs, all_sizes, all_dst_offsets
+        )
+
+    def batch_put_session_end(self, keys: list[str]) -> list[int]:
+        """Complete a put session: the objects become readable; 0 or a code per key."""
+        native = self._native()
+        return [] if native is None else sessions.keys_call(native, sessions.PUT_END, keys)
+
+    def batch_put_session_revoke(self, keys: list[str]) -> list[int]:
+        """Revoke an incomplete put session: nothing of it stays; 0 or a code per key."""
+        native = self._native()
+        return [] if native is None else sessions.keys_call(native, sessions.PUT_REVOKE, keys)
+
+    def batch_get_session_start(self, keys: list[str]) -> list[int]:
+        """Start a get session: query each key's replicas once (a read lease); 0 or a code."""
+        native = self._native()
+        return [] if native is None else sessions.keys_call(native, sessions.GET_START, keys)
+
+    def batch_get_into_multi_buffer_ranges(
+        self,
+        keys: list[str],
+        all_buffer_ptrs: list[list[int]],
+        all_sizes: list[list[int]],
+        all_src_offsets: list[list[int]],
+    ) -> list[int]:
+        """Read key i's ranges (``all_sizes[i][j]`` bytes from offset
+        ``all_src_offsets[i][j]`` of its object to ``all_buffer_ptrs[i][j]``) of a get
+        session; bytes read per key, or a code."""
+        native = self._native()
+        if native is None:
+            return []
+        return sessions.ranges(
+            native, sessions.GET_RANGES, keys, all_buffer_ptrs, all_sizes, all_src_offsets
+        )
+
+    def batch_get_session_end(self, keys: list[str]) -> int:
+        """End a get session, dropping its queried replicas: 0 (-1 before setup)."""
+        native = self._native()
+        if native is None:
+            return -1
+        return sessions.keys_call(native, sessions.GET_END, keys)[0]
+
+    # ------------------------------------------------------------ replica descriptors
+
+    def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
+        """The replicas of ``key`` as :class:`ReplicaDescriptor` objects ([] when missing,
+        not ready, or before setup), from the master's admin API (:mod:`.replicas`)."""
+        if self._admin is None or not isinstance(key, str):
+            return []
+        return replicas.replica_desc(self._admin, key)
+
+    def batch_get_replica_desc(self, keys: list[str]) -> dict[str, list[ReplicaDescriptor]]:
+        """Key -> its replicas, for the keys the master has complete (others left out)."""
+        ks = _keys(keys)
+        if self._admin is None or not ks:
+            return {}
+        return replicas.batch_replica_desc(self._admin, ks)
+
     # ------------------------------------------------------------ tensors (torch)
 
     def put_tensor(self, key: str, tensor: Any) -> int:
@@ -459,6 +563,5 @@ class MooncakeDistributedStore:
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
 
 
-for _name, _nearest in UNSUPPORTED.items():
-    setattr(MooncakeDistributedStore, _name, unsupported(_name, _nearest))
-del _name, _nearest
+MooncakeDistributedStore.setup.__doc__ = setup_args.SETUP_DOC
+MooncakeDistributedStore.setup.__signature__ = setup_args.SETUP_SIGNATURE  # type: ignore[attr-defined]

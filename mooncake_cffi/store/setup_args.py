@@ -24,6 +24,7 @@ read by every setup of either form; keys in a setup dict win over it.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import warnings
@@ -40,6 +41,9 @@ from ..config import (
 
 __all__ = [
     "CLIENT_OPTIONS",
+    "SETUP_DOC",
+    "SETUP_SIGNATURE",
+    "STORE_OPTIONS",
     "OPTIONS_ENV",
     "SetupConfig",
     "build",
@@ -62,6 +66,9 @@ CLIENT_OPTIONS = frozenset(
     }
 )
 _LANE_KEYS = frozenset({"num_workers", "per_op_workers"})
+#: Keys of the setup dict for the drop-in itself: ``admin_url``, the master's admin API
+#: (replica descriptors; default ``http://<master host>:9003``).
+STORE_OPTIONS = frozenset({"admin_url"})
 #: Keys read by the shim, not Mooncake: the HA cluster id, value verification (``crc32c``).
 _SHIM_KEYS = frozenset({"cluster_id", "integrity"})
 #: Client keys that would set a default ReplicateConfig, which Mooncake's setup ignores.
@@ -91,6 +98,42 @@ _SIGNATURES = (
     "bool = False, ssd_offload_path: str = '', tenant_id: str = 'default', "
     "enable_client_http_server: bool = False, client_http_port: int = 9300) -> int\n"
     "    2. (self: mooncake_cffi.store.MooncakeDistributedStore, config: dict) -> int\n"
+)
+
+
+#: ``inspect.signature(MooncakeDistributedStore.setup)``: Mooncake's positional form, with its
+#: names and defaults (stacks probe it: vLLM-Ascend looks for ``enable_ssd_offload``).
+SETUP_SIGNATURE = inspect.Signature(
+    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind)
+        for name, kind in zip(_POSITIONAL, (str, str, int, int, str, str, str))
+    ]
+    + [
+        inspect.Parameter(
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=kind
+        )
+        for (name, default), kind in zip(_OPTIONAL, (object, bool, str, str, bool, int))
+    ],
+    return_annotation=int,
+)
+
+#: ``MooncakeDistributedStore.setup.__doc__``: both forms, as pybind11's overload doc lists
+#: them, then what the drop-in adds.
+SETUP_DOC = (
+    "setup(*args, **kwargs)\nOverloaded function.\n\n1. setup"
+    + _SIGNATURES.split("\n")[0].split("1. ", 1)[1]
+    + "\n\n2. setup"
+    + _SIGNATURES.split("\n")[1].split("2. ", 1)[1]
+    + "\n\nSetup the store: 0, or Mooncake's code.  The dict takes Mooncake's keys (values as "
+    "str(value), sizes such as '32 MB'): local_hostname (required), metadata_server (required), "
+    "global_segment_size, local_buffer_size, protocol, rdma_devices, master_server_addr, "
+    "ipc_socket_path, enable_ssd_offload, ssd_offload_path, tenant_id, "
+    "enable_client_http_server, client_http_port; and this package's (num_workers, "
+    "per_op_workers, op_timeout, connect_timeout, ..., admin_url: see "
+    "mooncake_cffi.store.setup_args), which $MOONCAKE_CFFI_STORE_OPTIONS (a JSON object) also "
+    "gives.  A second setup replaces the first client, as Mooncake's does.  engine (a shared "
+    "TransferEngine) is not supported (NotImplementedError).\n"
 )
 
 
@@ -182,9 +225,9 @@ def env_options() -> dict[str, Any]:
         raise ValueError(f"{OPTIONS_ENV} is not JSON: {exc}") from None
     if not isinstance(options, dict):
         raise ValueError(f"{OPTIONS_ENV} must be a JSON object, not {text!r}")
-    unknown = sorted(set(options) - CLIENT_OPTIONS - _LANE_KEYS - _SHIM_KEYS)
+    unknown = sorted(set(options) - CLIENT_OPTIONS - _LANE_KEYS - _SHIM_KEYS - STORE_OPTIONS)
     if unknown:
-        known = ", ".join(sorted(CLIENT_OPTIONS | _LANE_KEYS | _SHIM_KEYS))
+        known = ", ".join(sorted(CLIENT_OPTIONS | _LANE_KEYS | _SHIM_KEYS | STORE_OPTIONS))
         raise ValueError(f"{OPTIONS_ENV}: {unknown} are not this package's keys ({known})")
     return options
 

@@ -1,5 +1,5 @@
 """What the drop-in ``MooncakeDistributedStore`` answers before ``setup`` and after ``close``,
-and the methods of Mooncake's class it does not support.
+and the methods of Mooncake's class it does not have.
 
 Mooncake's own class answers some calls on an unset store (``get`` gives ``b""``,
 ``put_from`` -600, ``health_check`` 1) and crashes the process on the others (``is_exist``,
@@ -8,18 +8,20 @@ Mooncake's "client is not initialized"), a list of -600s, ``b""`` or None.
 
 :data:`UNSUPPORTED` maps every other public method of Mooncake 0.3.13.post1's class (its
 ``dir()`` minus what the drop-in implements; ``tests/test_store_surface.py`` checks that it
-stays complete against the installed class) to the nearest call that is supported; each
-raises :class:`NotImplementedError` saying so.
+stays complete against the installed class) to the nearest call that is supported.  Those
+methods are *absent*, as in an older Mooncake without them: ``hasattr`` answers False, ``dir()``
+does not list them, and the AttributeError (:func:`absent`) names the nearest supported call,
+so a stack's capability probe (``getattr(store, name, None)``) tells the truth.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..status import OP_PUT, OP_UPSERT
 
-__all__ = ["UNSET", "UNSUPPORTED", "Unset", "unsupported"]
+__all__ = ["UNSET", "UNSUPPORTED", "Unset", "absent"]
 
 INVALID_PARAMS = -600
 
@@ -101,7 +103,11 @@ _TENSOR_READ = "get_tensor / batch_get_tensor (get_tensor_with_tp reads key_tp_<
 
 #: Mooncake's public methods the drop-in does not implement -> the nearest supported call.
 UNSUPPORTED: dict[str, str] = {
-    "setup_dummy": "setup() (a client of its own; there is no standalone-store dummy client)",
+    "setup_dummy": (
+        "setup() (the drop-in reaches Mooncake's RealClient only: a dummy client of a "
+        "standalone mooncake_store_service needs Mooncake's DummyClient; keep Mooncake's own "
+        "class for standalone storage)"
+    ),
     "mount_segment": _SETUP_MEMORY,
     "unmount_segment": _SETUP_MEMORY,
     "allocate_and_mount_segment": _SETUP_MEMORY,
@@ -109,15 +115,6 @@ UNSUPPORTED: dict[str, str] = {
     "unmount_local_disk_segment": _SETUP_MEMORY,
     "alloc_from_mem_pool": "register_buffer() on memory of your own",
     "get_offload_rpc_read_count": "store.client.op_stats() (per-operation counters)",
-    "batch_get_session_start": "get_into_ranges() or batch_get_into_multi_buffers()",
-    "batch_get_session_end": "get_into_ranges() or batch_get_into_multi_buffers()",
-    "batch_get_into_multi_buffer_ranges": "get_into_ranges()",
-    "batch_put_session_start": "batch_put_from_multi_buffers()",
-    "batch_put_session_end": "batch_put_from_multi_buffers()",
-    "batch_put_session_revoke": "batch_remove()",
-    "batch_put_from_multi_buffer_ranges": "batch_put_from_multi_buffers()",
-    "get_replica_desc": "mooncake_cffi.admin.AdminClient(master_admin_url).query_key(key)",
-    "batch_get_replica_desc": "mooncake_cffi.admin.AdminClient(master_admin_url).query(keys)",
     "batch_replica_clear": "batch_remove()",
     "create_copy_task": "put / batch_put_from with config.replica_num or preferred_segments",
     "create_move_task": "put / batch_put_from with config.preferred_segments",
@@ -147,16 +144,14 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
-def unsupported(name: str, nearest: str) -> Callable[..., Any]:
-    """A method that raises NotImplementedError naming Mooncake's method and ``nearest``."""
-
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
-            f"MooncakeDistributedStore.{name}() of Mooncake's client is not supported by "
-            f"mooncake_cffi.store; the nearest supported call: {nearest}"
-        )
-
-    method.__name__ = name
-    method.__qualname__ = f"MooncakeDistributedStore.{name}"
-    method.__doc__ = f"Not supported (raises NotImplementedError); use {nearest}."
-    return method
+def absent(owner: str, name: str) -> AttributeError:
+    """The AttributeError of a missing attribute ``name`` of ``owner`` (an instance or the
+    class); for a method of Mooncake's class that the drop-in does not have, it says so and
+    names the nearest supported call."""
+    nearest = UNSUPPORTED.get(name)
+    if nearest is None:
+        return AttributeError(f"{owner} has no attribute {name!r}")
+    return AttributeError(
+        f"{owner} has no attribute {name!r}: Mooncake's MooncakeDistributedStore.{name}() is "
+        f"not supported by mooncake_cffi.store; the nearest supported call: {nearest}"
+    )

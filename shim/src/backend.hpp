@@ -50,6 +50,18 @@ struct ReplicaOptions {
     StrVec group_ids;  // one per key of the batch when has_group_ids
 };
 
+// One call of Mooncake's session API (struct mcs_session, read and checked).
+struct SessionCall {
+    int op = 0;  // enum mcs_session_op
+    StrVec keys;
+    std::vector<size_t> sizes;  // PUT_START
+    ReplicaOptions replica;     // PUT_START
+    // *_RANGES, per key: buffers, their sizes, offsets into the object.
+    std::vector<std::vector<void *>> bufs;
+    std::vector<std::vector<size_t>> range_sizes;
+    std::vector<std::vector<size_t>> offsets;
+};
+
 // Values a store read into memory it owns: values[i] points at key i's bytes
 // (sizes[i] of them) while `hold` is alive; a key it could not read this way
 // has sizes[i] == MCS_GET_UNREAD and values[i] == nullptr.
@@ -133,6 +145,12 @@ public:
         const std::vector<std::vector<std::vector<size_t>>> & /*src_offsets*/,
         const std::vector<std::vector<std::vector<size_t>>> & /*sizes*/) {
         throw Error(MCS_E_UNSUPPORTED, "this store cannot read byte ranges (get_into_ranges)");
+    }
+    // Mooncake's session API (mcs_client_session): the store's answer per key
+    // (MCS_SESSION_GET_END: one).  Throws Error (MCS_E_UNSUPPORTED) where the
+    // store has none.
+    virtual std::vector<int> session(const SessionCall & /*call*/) {
+        throw Error(MCS_E_UNSUPPORTED, "this store has no session API");
     }
     // Called once, by Engine::close(), after every worker has stopped and
     // every held value has been released.

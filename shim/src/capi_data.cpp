@@ -41,6 +41,13 @@ int mcs_client_get_into_ranges(mcs_client *c, const struct mcs_ranges *ranges) {
     });
 }
 
+int mcs_client_session(mcs_client *c, const struct mcs_session *session) {
+    return with_open_client(c, [&](mcs::Engine &e) {
+        if (!session) throw mcs::Error(MCS_E_INVALID_ARG, "session is NULL");
+        return e.session(read_sized(session, "struct mcs_session"));
+    });
+}
+
 int mcs_client_run_keys(mcs_client *c, int64_t *results, int op, int flags, const char *key_data,
                         uint64_t key_bytes, uint64_t n) {
     return with_open_client(c, [&](mcs::Engine &e) {

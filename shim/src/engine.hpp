@@ -70,6 +70,9 @@ public:
     // mcs_client_get_into_ranges (registered.cpp): checks, one backend call on
     // the calling thread, counted as a GET.
     int get_into_ranges(const mcs_ranges &r);
+    // mcs_client_session (session.cpp): checks, one backend call on the
+    // calling thread.
+    int session(const mcs_session &s);
 
     // The replica options of PUT / UPSERT batches that bring none (checked
     // against the backend; group ids are refused: they are per batch).

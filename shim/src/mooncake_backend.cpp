@@ -168,6 +168,49 @@ constexpr const char *kIntoRanges6 =
 IntoRanges5 g_into_ranges5 = nullptr;
 IntoRanges6 g_into_ranges6 = nullptr;
 
+// Optional: the session API (upstream PR #2881), from 0.3.13 on; all seven or none.
+struct SessionSymbols {
+    std::vector<int> (*put_start)(RealClient *, const StrVec &, const SizeVec &,
+                                  const ReplicateConfig &);
+    std::vector<int> (*put_ranges)(RealClient *, const StrVec &, const PtrVecs &,
+                                   const SizeVecs &, const SizeVecs &);
+    std::vector<int> (*put_end)(RealClient *, const StrVec &);
+    std::vector<int> (*put_revoke)(RealClient *, const StrVec &);
+    std::vector<int> (*get_start)(RealClient *, const StrVec &);
+    std::vector<int> (*get_ranges)(RealClient *, const StrVec &, const PtrVecs &,
+                                   const SizeVecs &, const SizeVecs &);
+    int (*get_end)(RealClient *, const StrVec &);
+};
+#define MCS_KEYS_ARG "ERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESaIS7_EE"
+#define MCS_RANGES_ARGS MCS_KEYS_ARG "RKS1_IS1_IPvSaISC_EESaISE_EERKS1_IS1_ImSaImEESaISK_EESO_"
+constexpr const char *kSessionSymbols[] = {
+    "_ZN8mooncake10RealClient23batch_put_session_start" MCS_KEYS_ARG
+    "RKS1_ImSaImEERKNS_15ReplicateConfigE",
+    "_ZN8mooncake10RealClient34batch_put_from_multi_buffer_ranges" MCS_RANGES_ARGS,
+    "_ZN8mooncake10RealClient21batch_put_session_end" MCS_KEYS_ARG,
+    "_ZN8mooncake10RealClient24batch_put_session_revoke" MCS_KEYS_ARG,
+    "_ZN8mooncake10RealClient23batch_get_session_start" MCS_KEYS_ARG,
+    "_ZN8mooncake10RealClient34batch_get_into_multi_buffer_ranges" MCS_RANGES_ARGS,
+    "_ZN8mooncake10RealClient21batch_get_session_end" MCS_KEYS_ARG,
+};
+#undef MCS_RANGES_ARGS
+#undef MCS_KEYS_ARG
+static_assert(sizeof(kSessionSymbols) / sizeof(kSessionSymbols[0]) ==
+                  sizeof(SessionSymbols) / sizeof(void *),
+              "one name per session symbol");
+SessionSymbols g_session{};
+bool g_has_session = false;
+
+void resolve_session(void *h) {
+    void *ptrs[sizeof(kSessionSymbols) / sizeof(kSessionSymbols[0])];
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) {
+        ptrs[i] = dlsym(h, kSessionSymbols[i]);
+        if (!ptrs[i]) return;
+    }
+    std::memcpy(&g_session, ptrs, sizeof ptrs);
+    g_has_session = true;
+}
+
 // Flattened parts (key i: [first[i], first[i+1])) as Mooncake's nested vectors.
 void nest(const PtrVec &bufs, const SizeVec &sizes, const SizeVec &first, PtrVecs &all_bufs,
           SizeVecs &all_sizes) {
@@ -371,6 +414,36 @@ public:
         throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
                                            ") has no RealClient::get_into_ranges");
     }
+    std::vector<int> session(const SessionCall &s) override {
+        if (!g_has_session)
+            throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
+                                               ") has no session API (batch_put_session_start "
+                                               "and the rest come with Mooncake 0.3.13)");
+        RealClient *rc = client_.get();
+        switch (s.op) {
+        case MCS_SESSION_PUT_START: {
+            std::vector<int> out;
+            const StrVec *groups = s.replica.has_group_ids ? &s.replica.group_ids : nullptr;
+            with_replicate_config(g_layout, s.replica, groups, [&](const void *config) {
+                out = g_session.put_start(rc, s.keys, s.sizes,
+                                          *static_cast<const ReplicateConfig *>(config));
+            });
+            return out;
+        }
+        case MCS_SESSION_PUT_RANGES:
+            return g_session.put_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
+        case MCS_SESSION_PUT_END:
+            return g_session.put_end(rc, s.keys);
+        case MCS_SESSION_PUT_REVOKE:
+            return g_session.put_revoke(rc, s.keys);
+        case MCS_SESSION_GET_START:
+            return g_session.get_start(rc, s.keys);
+        case MCS_SESSION_GET_RANGES:
+            return g_session.get_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
+        default:
+            return {g_session.get_end(rc, s.keys)};
+        }
+    }
     void skip_teardown() override {
         torn_down_ = true;
         leak_ = true;
@@ -447,6 +520,7 @@ int load_mooncake(const char *path, const char *version, std::string &msg) {
     g_upsert_multi = reinterpret_cast<UpsertMulti>(dlsym(h, kUpsertMulti));  // optional
     g_into_ranges5 = reinterpret_cast<IntoRanges5>(dlsym(h, kIntoRanges5));  // optional
     g_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, kIntoRanges6));  // optional
+    resolve_session(h);                                                      // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
     return MCS_OK;

@@ -1,0 +1,48 @@
+"""The C boundary of Mooncake's session API: ``mcs_client_session`` and its op codes.
+
+:func:`run_session` fills a ``struct mcs_session`` (its keys packed as for
+``mcs_client_run_keys``; ``fill`` sets the op's arrays and returns what they point into) and
+makes the call; :mod:`mooncake_cffi.store.sessions` is its user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .binding import ffi, lib
+
+__all__ = ["SESSION_OPS", "run_session"]
+
+#: enum mcs_session_op (mcs.h): PUT_START, PUT_RANGES, PUT_END, PUT_REVOKE, GET_START,
+#: GET_RANGES, GET_END.
+SESSION_OPS: tuple[int, int, int, int, int, int, int] = (
+    lib.MCS_SESSION_PUT_START,
+    lib.MCS_SESSION_PUT_RANGES,
+    lib.MCS_SESSION_PUT_END,
+    lib.MCS_SESSION_PUT_REVOKE,
+    lib.MCS_SESSION_GET_START,
+    lib.MCS_SESSION_GET_RANGES,
+    lib.MCS_SESSION_GET_END,
+)
+
+
+def run_session(
+    handle: Any, op: int, packed_keys: bytes, n: int, fill: Callable[[Any], Any] | None = None
+) -> tuple[int, list[int]]:
+    """``(rc, results)`` of one ``mcs_client_session`` call: the shim's status and the
+    per-key answers (one for GET_END; zeros when it did not run)."""
+    s = ffi.new("struct mcs_session *")
+    s.struct_size = ffi.sizeof("struct mcs_session")
+    s.op = op
+    s.n = n
+    data = ffi.from_buffer(packed_keys) if n else ffi.NULL
+    s.key_data = data
+    s.key_bytes = len(packed_keys) + 1 if n else 0
+    count = 1 if op == lib.MCS_SESSION_GET_END else n
+    results = ffi.new("int64_t[]", max(count, 1))
+    s.results = results
+    keep = fill(s) if fill is not None else None
+    rc = lib.mcs_client_session(handle, s)
+    del keep, data
+    return int(rc), [int(r) for r in ffi.unpack(results, count)]
