@@ -32,7 +32,7 @@ _ENTRY = re.compile(r'\{\s*(-?\d+|MCS_\w+),\s*"([^"]+)",\s*"([^"]*)"\s*\}')
 
 def _shim_table() -> list[tuple[int, str, str]]:
     """The (code, name, text) entries of errors.cpp's table, as the shim compiles them."""
-    source = (REPO / "shim" / "src" / "errors.cpp").read_text()
+    source = (REPO / "shim" / "src" / "engine" / "errors.cpp").read_text()
     table = source[source.index("kCodes[] = {") : source.index("};", source.index("kCodes[]"))]
     entries = []
     for code, name, text in _ENTRY.findall(table):

@@ -2,6 +2,8 @@
 // store.so without headers, through dlsym'd member functions called with
 // `this` as their first argument (x86-64 Itanium ABI; a by-value class return
 // travels through the hidden pointer before `this`, as for a free function).
+#include "mooncake_backend.hpp"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,10 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "internal.hpp"
+#include "../engine/engine.hpp"
+#include "../engine/replica.hpp"
 #include "legacy_setup.hpp"
 #include "probe.hpp"
-#include "replica.hpp"
 
 namespace mooncake {
 // Opaque: reached only through its exported ptr() / size() and destroyed
@@ -172,13 +174,13 @@ IntoRanges6 g_into_ranges6 = nullptr;
 struct SessionSymbols {
     std::vector<int> (*put_start)(RealClient *, const StrVec &, const SizeVec &,
                                   const ReplicateConfig &);
-    std::vector<int> (*put_ranges)(RealClient *, const StrVec &, const PtrVecs &,
-                                   const SizeVecs &, const SizeVecs &);
+    std::vector<int> (*put_ranges)(RealClient *, const StrVec &, const PtrVecs &, const SizeVecs &,
+                                   const SizeVecs &);
     std::vector<int> (*put_end)(RealClient *, const StrVec &);
     std::vector<int> (*put_revoke)(RealClient *, const StrVec &);
     std::vector<int> (*get_start)(RealClient *, const StrVec &);
-    std::vector<int> (*get_ranges)(RealClient *, const StrVec &, const PtrVecs &,
-                                   const SizeVecs &, const SizeVecs &);
+    std::vector<int> (*get_ranges)(RealClient *, const StrVec &, const PtrVecs &, const SizeVecs &,
+                                   const SizeVecs &);
     int (*get_end)(RealClient *, const StrVec &);
 };
 #define MCS_KEYS_ARG "ERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESaIS7_EE"
@@ -421,27 +423,23 @@ public:
                                                "and the rest come with Mooncake 0.3.13)");
         RealClient *rc = client_.get();
         switch (s.op) {
-        case MCS_SESSION_PUT_START: {
-            std::vector<int> out;
-            const StrVec *groups = s.replica.has_group_ids ? &s.replica.group_ids : nullptr;
-            with_replicate_config(g_layout, s.replica, groups, [&](const void *config) {
-                out = g_session.put_start(rc, s.keys, s.sizes,
-                                          *static_cast<const ReplicateConfig *>(config));
-            });
-            return out;
-        }
-        case MCS_SESSION_PUT_RANGES:
-            return g_session.put_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
-        case MCS_SESSION_PUT_END:
-            return g_session.put_end(rc, s.keys);
-        case MCS_SESSION_PUT_REVOKE:
-            return g_session.put_revoke(rc, s.keys);
-        case MCS_SESSION_GET_START:
-            return g_session.get_start(rc, s.keys);
-        case MCS_SESSION_GET_RANGES:
-            return g_session.get_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
-        default:
-            return {g_session.get_end(rc, s.keys)};
+            case MCS_SESSION_PUT_START: {
+                std::vector<int> out;
+                const StrVec *groups = s.replica.has_group_ids ? &s.replica.group_ids : nullptr;
+                with_replicate_config(g_layout, s.replica, groups, [&](const void *config) {
+                    out = g_session.put_start(rc, s.keys, s.sizes,
+                                              *static_cast<const ReplicateConfig *>(config));
+                });
+                return out;
+            }
+            case MCS_SESSION_PUT_RANGES:
+                return g_session.put_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
+            case MCS_SESSION_PUT_END: return g_session.put_end(rc, s.keys);
+            case MCS_SESSION_PUT_REVOKE: return g_session.put_revoke(rc, s.keys);
+            case MCS_SESSION_GET_START: return g_session.get_start(rc, s.keys);
+            case MCS_SESSION_GET_RANGES:
+                return g_session.get_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
+            default: return {g_session.get_end(rc, s.keys)};
         }
     }
     void skip_teardown() override {
