@@ -107,7 +107,12 @@ def put_parts_many(
 
 
 def put_parts(calls: StoreCalls, op: int, key: Any, parts: Sequence[Any], config: Any) -> int:
-    """One value from several bytes-like parts, stored one after another."""
-    if not parts or not calls.copies:
+    """One value from several bytes-like parts, stored one after another.  As Mooncake's:
+    empty parts add nothing, and a value with no bytes at all (no parts, or only empty
+    ones) answers 0 and stores nothing (an existing value stays)."""
+    if not calls.copies:
         return INVALID_PARAMS
-    return put_parts_many(calls, op, [key], [parts], config)[0]
+    kept = [p for p in parts if memoryview(p).nbytes]
+    if not kept:
+        return 0
+    return put_parts_many(calls, op, [key], [kept], config)[0]
