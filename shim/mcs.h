@@ -492,7 +492,10 @@ MCS_API int mcs_set_log_level(int level);
  * gone meanwhile is written again (up to 3 times).  A
  * single-buffer GET into a buffer larger than the value may leave the
  * trailer's 16 bytes after the value's end.  Byte ranges
- * (mcs_client_get_into_ranges) are read as they are, unverified, and a
+ * (mcs_client_get_into_ranges) are read as they are, unverified, but each
+ * is checked against its value's own size first (one SIZE per key of the
+ * call): a range past it answers -600, as Mooncake answers a range past a
+ * value's end, and reads nothing, so the trailer is never read as data.  A
  * client without the option sees every value 16 bytes longer.  Values of
  * 2 GiB or more are not supported with the option (Mooncake reports
  * multi-part results as int).

@@ -388,3 +388,65 @@ def test_async_and_l1_reads_of_an_unverified_value_raise(cluster: Any, plain: Cl
         with pytest.raises(IntegrityError):
             staged.get(k)
     plain.remove(k, force=True)
+
+
+def _drop_in(cluster: Any, monkeypatch: pytest.MonkeyPatch, integrity: str) -> Any:
+    """A drop-in store of ``cluster`` (contributing no memory) with ``integrity`` on or off."""
+    from mooncake_cffi.store import MooncakeDistributedStore
+
+    monkeypatch.setenv("MOONCAKE_CFFI_STORE_OPTIONS", f'{{"integrity": "{integrity}"}}')
+    store = MooncakeDistributedStore()
+    rc = store.setup(
+        "127.0.0.1", cluster.metadata_server, 0, 16 * MIB, "tcp", "", cluster.master_addr
+    )
+    assert rc == 0
+    return store
+
+
+def test_byte_ranges_past_a_values_own_end_answer_as_without_integrity(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each range is checked against the value's own size: past it, -600 and nothing read,
+    as the same bytes stored without integrity answer; never the trailer as data."""
+    import ctypes
+
+    stores = {
+        "verifying": _drop_in(cluster, monkeypatch, "crc32c"),
+        "plain": _drop_in(cluster, monkeypatch, "none"),
+    }
+    try:
+        answers = {}
+        for name, s in stores.items():
+            k, none = unique(), unique()
+            assert s.put(k, b"0123456789abcdef") == 0  # 16 bytes
+            mem = ctypes.create_string_buffer(128)
+            ptr = ctypes.addressof(mem)
+            assert s.register_buffer(ptr, 128) == 0
+            ranges = [
+                # (dst, src, size): past the end, the whole value, an empty range at the end,
+                # past the end by one, the last byte, a range that starts past the end
+                (0, 10, 16),
+                (20, 0, 16),
+                (40, 16, 0),
+                (41, 17, 0),
+                (42, 15, 1),
+                (50, 16, 16),
+            ]
+            got = s.get_into_ranges(
+                [ptr],
+                [[k, none]],
+                [[[r[0] for r in ranges], [60]]],
+                [[[r[1] for r in ranges], [0]]],
+                [[[r[2] for r in ranges], [4]]],
+            )
+            answers[name] = (got, mem.raw, s.get_size(k))
+            s.unregister_buffer(ptr)
+            s.remove(k, True)
+        assert answers["verifying"] == answers["plain"]
+        got, raw, size = answers["verifying"]
+        assert got == [[[-600, 16, 0, -600, 1, -600], [-704]]] and size == 16
+        assert raw[20:36] == b"0123456789abcdef" and raw[42:43] == b"f"
+        assert b"MCI1" not in raw and raw[:20] == bytes(20)
+    finally:
+        for s in stores.values():
+            s.close()
