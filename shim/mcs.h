@@ -479,8 +479,11 @@ MCS_API int mcs_set_log_level(int level);
  * the write}, as one more part of a multi-part write (the value is not
  * copied; UPSERT needs a wheel with batch_upsert_from_multi_buffers, else
  * MCS_E_UNSUPPORTED), and every GET, GET_BUFFER and SIZE checks it: results
- * and sizes are the value's own (without the trailer).  A value whose
- * trailer is missing or does not match its bytes (torn by a concurrent
+ * and sizes are the value's own (without the trailer).  SIZE reads the 16
+ * bytes at the value's end and checks their magic (not the CRC: that needs
+ * the whole value), so a value without a trailer is refused by it as by a
+ * GET.  A value whose trailer is missing or does not match its bytes (torn
+ * by a concurrent
  * UPSERT, written by a client without the option, damaged) is read again
  * up to 4 times over about 15 ms; if it still does not verify its key's
  * result is MCS_E_CORRUPT, and a GET's buffer holds no verified value.
@@ -493,10 +496,11 @@ MCS_API int mcs_set_log_level(int level);
  * single-buffer GET into a buffer larger than the value may leave the
  * trailer's 16 bytes after the value's end.  Byte ranges
  * (mcs_client_get_into_ranges) are read as they are, unverified, but each
- * is checked against its value's own size first (one SIZE per key of the
- * call): a range past it answers -600, as Mooncake answers a range past a
- * value's end, and reads nothing, so the trailer is never read as data.  A
- * client without the option sees every value 16 bytes longer.  Values of
+ * is checked against its value's own size first (each key of the call
+ * sized as by SIZE; one without a trailer: MCS_E_CORRUPT): a range past it
+ * answers -600, as Mooncake answers a range past a value's end, and reads
+ * nothing, so the trailer is never read as data.  A client without the
+ * option sees every value 16 bytes longer.  Values of
  * 2 GiB or more are not supported with the option (Mooncake reports
  * multi-part results as int).
  *

@@ -450,3 +450,55 @@ def test_byte_ranges_past_a_values_own_end_answer_as_without_integrity(
     finally:
         for s in stores.values():
             s.close()
+
+
+def test_sizes_of_a_value_without_a_trailer_are_refused_on_every_path(
+    cluster: Any, verifying: Client, plain: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A value written without the option is refused by every size call as its reads are
+    (not reported 16 bytes short), whatever its length; values written with it size true."""
+    from click.testing import CliRunner
+    from mooncake_cffi.cli import cli
+
+    raw = {n: unique() for n in (1000, 16, 17, 3)}
+    for n, k in raw.items():
+        plain.put(k, value_of(n))
+    good = unique()
+    verifying.put(good, value_of(1000))
+    for k in raw.values():
+        with pytest.raises(IntegrityError):
+            verifying.get(k)
+        with pytest.raises(IntegrityError):
+            verifying.size(k)
+        with pytest.raises(IntegrityError):
+            verifying.batch_size([good, k])
+    assert verifying.size(good) == 1000 and verifying.batch_size([good]) == [1000]
+
+    async def sizes() -> None:
+        async with AsyncClient(cluster.client_config(integrity="crc32c")) as c:
+            assert await c.size(good) == 1000
+            with pytest.raises(IntegrityError):
+                await c.size(raw[1000])
+            with pytest.raises(IntegrityError):
+                await c.batch_size([raw[16]])
+
+    asyncio.run(sizes())
+    store = _drop_in(cluster, monkeypatch, "crc32c")
+    try:
+        assert store.get_size(good) == 1000
+        for k in raw.values():
+            assert store.get_size(k) == MCS_E_CORRUPT
+            assert store.get(k) == b""
+    finally:
+        store.close()
+    env = {
+        "MCL2_MASTER": cluster.master_addr,
+        "MCL2_METADATA_SERVER": cluster.metadata_server,
+        "MCL2_STATE_DIR": str(tmp_path / "no-state"),
+    }
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["--integrity", "crc32c", "stat", good], env=env)
+    assert ok.exit_code == 0 and ok.stdout == f"{good}\t1000\n", ok.output
+    bad = runner.invoke(cli, ["--integrity", "crc32c", "stat", raw[1000]], env=env)
+    assert bad.exit_code == 1 and "CORRUPT" in bad.output and "984" not in bad.output
+    plain.batch_remove([*raw.values(), good], force=True)

@@ -190,10 +190,34 @@ public:
         return out;
     }
 
+    // The value's own size, once the 16 bytes at the end of what is stored
+    // read as a trailer (its magic: the CRC needs the whole value).  A value
+    // without one, written without the option or shorter than a trailer, is
+    // refused as its reads are: re-read after the same pauses, then
+    // MCS_E_CORRUPT.
     int64_t size(const std::string &key) override {
-        int64_t s = inner_->size(key);
-        if (s < 0) return s;
-        return s < int64_t(kTrailerSize) ? int64_t(MCS_E_CORRUPT) : s - int64_t(kTrailerSize);
+        for (size_t attempt = 0;; attempt++) {
+            const int64_t s = inner_->size(key);
+            if (s < 0) return s;
+            int64_t v = kBad;
+            if (s >= int64_t(kTrailerSize)) {
+                const size_t at = size_t(s) - kTrailerSize;
+                std::vector<Trailer> t(1);
+                v = read_tails(StrVec{key}, {at}, t).at(0);
+                if (v == int64_t(kTrailerSize))
+                    v = t[0].magic == kTrailerMagic ? int64_t(at) : kBad;
+                else if (v == -600 || v >= 0)
+                    v = kBad;  // the value changed size meanwhile: sized again
+            }
+            if (v != kBad) return v;
+            if (attempt == std::size(kRetryPauseMs)) {
+                n_->failed++;
+                return MCS_E_CORRUPT;
+            }
+            n_->retried++;
+            if (int pause = kRetryPauseMs[attempt])
+                std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+        }
     }
 
     // ------------------------------------------------- passed through
