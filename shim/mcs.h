@@ -508,7 +508,12 @@ MCS_API int mcs_set_log_level(int level);
  * owns a client, released with mcs_client_free(); on failure *out is NULL.
  * Blocks for the setup (tens of ms).  In a child forked from a process that
  * had set up a client it fails at once with MCS_E_FORKED (Mooncake's
- * process-wide state does not survive fork()). */
+ * process-wide state does not survive fork()).  Such a child's exit() runs
+ * none of the exit handlers registered before the first client was created
+ * (Mooncake's atexit teardown of the parent's client, which crashes there,
+ * and store.so's static destructors): it flushes stdio and ends with
+ * _exit(status), status unchanged; handlers registered after that point
+ * (Python's atexit runs before exit()) still run. */
 MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const char *const *values,
                               size_t n, const struct mcs_lanes *lanes, int probe_timeout_ms);
 
