@@ -525,8 +525,11 @@ MCS_API int mcs_teardowns_wait(int timeout_ms);
  * the write}, as one more part of a multi-part write (the value is not
  * copied; UPSERT needs a wheel with batch_upsert_from_multi_buffers, else
  * MCS_E_UNSUPPORTED), and every GET, GET_BUFFER and SIZE checks it: results
- * and sizes are the value's own (without the trailer).  A value whose
- * trailer is missing or does not match its bytes (torn by a concurrent
+ * and sizes are the value's own (without the trailer).  SIZE reads the 16
+ * bytes at the value's end and checks their magic (not the CRC: that needs
+ * the whole value), so a value without a trailer is refused by it as by a
+ * GET.  A value whose trailer is missing or does not match its bytes (torn
+ * by a concurrent
  * UPSERT, written by a client without the option, damaged) is read again
  * up to 4 times over about 15 ms; if it still does not verify its key's
  * result is MCS_E_CORRUPT, and a GET's buffer holds no verified value.
@@ -538,8 +541,12 @@ MCS_API int mcs_teardowns_wait(int timeout_ms);
  * gone meanwhile is written again (up to 3 times).  A
  * single-buffer GET into a buffer larger than the value may leave the
  * trailer's 16 bytes after the value's end.  Byte ranges
- * (mcs_client_get_into_ranges) are read as they are, unverified, and a
- * client without the option sees every value 16 bytes longer.  Values of
+ * (mcs_client_get_into_ranges) are read as they are, unverified, but each
+ * is checked against its value's own size first (each key of the call
+ * sized as by SIZE; one without a trailer: MCS_E_CORRUPT): a range past it
+ * answers -600, as Mooncake answers a range past a value's end, and reads
+ * nothing, so the trailer is never read as data.  A client without the
+ * option sees every value 16 bytes longer.  Values of
  * 2 GiB or more are not supported with the option (Mooncake reports
  * multi-part results as int).
  *
@@ -547,7 +554,12 @@ MCS_API int mcs_teardowns_wait(int timeout_ms);
  * owns a client, released with mcs_client_free(); on failure *out is NULL.
  * Blocks for the setup (tens of ms).  In a child forked from a process that
  * had set up a client it fails at once with MCS_E_FORKED (Mooncake's
- * process-wide state does not survive fork()). */
+ * process-wide state does not survive fork()).  Such a child's exit() runs
+ * none of the exit handlers registered before the first client was created
+ * (Mooncake's atexit teardown of the parent's client, which crashes there,
+ * and store.so's static destructors): it flushes stdio and ends with
+ * _exit(status), status unchanged; handlers registered after that point
+ * (Python's atexit runs before exit()) still run. */
 MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const char *const *values,
                               size_t n, const struct mcs_lanes *lanes, int probe_timeout_ms);
 

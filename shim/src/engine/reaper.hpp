@@ -23,4 +23,14 @@ int background_teardowns();
 // forever); true if none runs.
 bool wait_background_teardowns(std::chrono::milliseconds timeout);
 
+// Makes exit() in a child forked from this process skip every exit handler
+// registered before the first call (Mooncake's atexit teardown among them,
+// registered when its first client is created, and the static destructors of
+// store.so): the child flushes stdio and ends with _exit(status).  Its copy of
+// a client is the parent's memory with none of the parent's threads: tearing
+// it down joins threads that do not exist (SIGSEGV).  Python's atexit
+// handlers and stream flushes run before exit(), so they still run.  Called
+// right after each Mooncake client is created; only the first call registers.
+void guard_forked_exits();
+
 }  // namespace mcs

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "../engine/engine.hpp"
+#include "../engine/reaper.hpp"
 #include "../engine/replica.hpp"
 #include "legacy_setup.hpp"
 #include "probe.hpp"
@@ -553,6 +554,7 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
     commit_process_wide(cfg);
     std::shared_ptr<RealClient> client = g_sym.create();
     if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
+    guard_forked_exits();  // after Mooncake registered its atexit teardown, so before it
     ExpectedVoid r = has_legacy_setup() && wants_no_segment(cfg)
                          ? legacy_setup_without_segment(client.get(), cfg)
                          : g_sym.setup(client.get(), cfg);
