@@ -114,6 +114,12 @@ def _seconds_ms(name: str, value: object, *, none_ms: int, limit_s: float) -> in
     return int(value * 1000)
 
 
+def positive_seconds(value: object, limit: float) -> bool:
+    """Whether ``value`` is a number of seconds above 0 and at most ``limit`` (not a bool,
+    a string or NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= limit
+
+
 #: The longest wait a millisecond count in the shim's int32 fields can hold (24.8 days).
 MAX_WAIT_SECONDS = (2**31 - 1) / 1000
 

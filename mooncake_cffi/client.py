@@ -23,7 +23,7 @@ from ._binding import set_log_level
 from ._blocking import BlockingCalls
 from ._keys import Keys
 from ._marshal import as_list
-from ._native import NativeClient, shorten_mooncake_timeouts
+from ._native import NativeClient, positive_seconds, shorten_mooncake_timeouts
 from ._types import DEFAULT, Key, Timeout
 from ._values import Values
 from .batches import Batches, Completion
@@ -111,11 +111,7 @@ class Client:
         cfg = StoreConfig.coerce(config)
         cfg.check_connectable()
         self.config = cfg
-        if op_timeout is not None and (
-            isinstance(op_timeout, bool)
-            or not isinstance(op_timeout, (int, float))
-            or not 0 < op_timeout <= 2**31 / 1000
-        ):
+        if op_timeout is not None and not positive_seconds(op_timeout, 2**31 / 1000):
             raise ValueError(f"op_timeout must be None or positive seconds, not {op_timeout!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None, not {type(retry).__name__}")
