@@ -1,12 +1,12 @@
 """A client under load that serves its Prometheus metrics, for the monitoring tests.
 
-Run as ``python tests/ops_load.py CONFIG_JSON PORT [PREFIX]``: it sets up a
+Run as ``python tests/ops_load.py CONFIG_JSON PORT PREFIX``: it sets up a
 :class:`mooncake_cffi.Client` of the config (with lanes of their own for lookups and reads),
 registers it with :mod:`mooncake_cffi.metrics`, serves ``/metrics`` on ``127.0.0.1:PORT``,
 prints ``ready`` and then, until SIGTERM, puts, reads, checks and removes 16 KiB values under
-PREFIX, with a get of a missing key now and then, so every operation and failure counter
-moves.  It removes what it wrote on the way out.  :func:`start_load` runs it and waits for
-``ready``.
+PREFIX, with a get of a missing key and a remove of a key just read (OBJECT_HAS_LEASE) now
+and then, so every operation and failure counter moves.  It removes what it wrote on the way
+out.  :func:`start_load` runs it and waits for ``ready``.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def main() -> None:
         client.size(keys[1])
         if i % 5 == 0:
             client.get(f"{prefix}/missing/{i}")
+            client.batch_remove(keys[:1])  # just read: OBJECT_HAS_LEASE, a failed key
         client.batch_remove(keys, force=True)
         i += 1
         time.sleep(0.01)
