@@ -25,6 +25,7 @@ import click
 from mooncake_cffi.sizes import human_bytes
 
 from .app import admin_command
+from .errors import CliError
 from .options import Seconds
 from .output import json_lines, stdin_is_terminal, write_json, write_stdout
 from .settings import Settings, pass_settings
@@ -88,7 +89,10 @@ class Top:
         setup = s.store_config().setup_config
         address = str(setup.get("master_server_addr", f"127.0.0.1:{DEFAULT_MASTER_PORT}"))
         if ha.is_etcd(address):
-            leader = ha.leader_address(address, ha.cluster_id_of(setup), s.connect_timeout)
+            try:
+                leader = ha.leader_address(address, ha.cluster_id_of(setup), s.connect_timeout)
+            except ha.HaError as exc:
+                raise CliError(f"{exc}; or give --admin URL") from None
             url = s.admin or admin_url_for_master(leader)
             return AdminClient(url, timeout=s.connect_timeout), {
                 "address": address,

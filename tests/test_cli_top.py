@@ -326,3 +326,24 @@ def test_quantiles_interpolate_inside_the_bucket() -> None:
     assert quantile(0.5, [(0.001, 0.0), (math.inf, 0.0)]) is None
     assert quantile(0.99, [(0.001, 1.0), (math.inf, 10.0)]) == 0.001  # in +Inf: the last edge
     assert quantile(0.5, []) is None
+
+
+@needs_console
+def test_an_unreachable_etcd_fails_at_once_naming_it() -> None:
+    etcd = f"127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [str(MCL2), "top", "--count", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env=process_env(
+            MCL2_MASTER=f"etcd://{etcd}",
+            MCL2_METADATA_SERVER="http://127.0.0.1:8080/metadata",
+            MCL2_CLUSTER_ID="top-test",
+            MCL2_CONNECT_TIMEOUT="0.5",
+        ),
+    )
+    assert done.returncode == 1, done.stderr
+    assert etcd in done.stderr and "--admin URL" in done.stderr
+    assert "Traceback" not in done.stderr
