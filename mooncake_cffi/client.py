@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._capi import counters
 from ._capi.binding import set_log_level
 from ._capi.marshal import as_list
-from ._capi.native import NativeClient, shorten_mooncake_timeouts
+from ._capi.native import NativeClient, positive_seconds, shorten_mooncake_timeouts
 from ._core.batches import Batches, Completion
 from ._core.blocking import BlockingCalls
 from ._core.keys import Keys
@@ -113,7 +113,7 @@ class Client:
         cfg = StoreConfig.coerce(config)
         cfg.check_connectable()
         self.config = cfg
-        if op_timeout is not None and not 0 < op_timeout <= 2**31 / 1000:
+        if op_timeout is not None and not positive_seconds(op_timeout, 2**31 / 1000):
             raise ValueError(f"op_timeout must be None or positive seconds, not {op_timeout!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None, not {type(retry).__name__}")

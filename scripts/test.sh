@@ -2,8 +2,8 @@
 # The whole test suite, as CI runs it (.ci/run calls this):
 #   1. installs everything: the test tools' system packages (etcd-server for HA masters,
 #      iproute2 and nftables for the network-namespace topologies and the loopback check,
-#      clang-format), then scripts/install.sh (compiler, runtime libraries, .venv, this
-#      package with its test and docs extras);
+#      clang-format, prometheus with promtool, tmux for mcl2 top), then scripts/install.sh
+#      (compiler, runtime libraries, .venv, this package with its test and docs extras);
 #   2. lint: ruff check, ruff format --check, mypy (strict, on mooncake_cffi/) and
 #      clang-format (.clang-format) on the sources;
 #      the shim's C++ engine tests under ASan+UBSan and under TSan;
@@ -33,6 +33,9 @@ has_tool etcd || tools+=(etcd-server "HA masters and etcd metadata (tests/test_h
     tools+=(iproute2 "network-namespace hosts and the loopback check (ip, tc, ss)")
 has_tool nft || tools+=(nftables "link cuts between namespace hosts (nft)")
 has_tool clang-format || tools+=(clang-format "the C++ style check of the lint step")
+{ has_tool prometheus && has_tool promtool; } ||
+    tools+=(prometheus "a real Prometheus and promtool (tests/test_monitoring.py)")
+has_tool tmux || tools+=(tmux "mcl2 top in a real terminal (tests/test_cli_top.py)")
 system_install "${tools[@]}" || warn "continuing without them"
 MOONCAKE_CFFI_EXTRAS=test,docs ./scripts/install.sh || { echo "install failed" >&2; exit 1; }
 export PATH="$PWD/.venv/bin:$PATH"
