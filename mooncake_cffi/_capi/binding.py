@@ -141,7 +141,9 @@ def ensure_mooncake_loaded() -> None:
                 raise ImportError(
                     f"{found.distribution or 'Mooncake'} {found.version}: {path} does not load "
                     f"({message}). It needs the system libraries libibverbs1, libnuma1 and "
-                    "libcurl4; the CUDA wheel (mooncake-transfer-engine) also needs libcuda.so.1 "
-                    f"(on a CPU-only machine: {wheel.install_command('cpu')})"
+                    "libcurl4 (0.3.14 also libmlx5.so.1, from ibverbs-providers); the CUDA "
+                    "wheels (mooncake-transfer-engine, mooncake-transfer-engine-cuda13) also "
+                    "need the NVIDIA driver's libcuda.so.1 (on a CPU-only machine: "
+                    f"{wheel.install_command('cpu')})"
                 )
             raise wheel.unsupported(found, f"loading it failed: {message}")
