@@ -31,7 +31,7 @@ from ._marshal import (
     results_list,
 )
 from ._native import NativeClient
-from ._plans import Deadline, Plan, Sleep, Step, call_limit, retry_plan
+from ._plans import Deadline, Plan, Sleep, Step, batch_get_plan, call_limit, retry_plan
 from ._types import DEFAULT, Timeout
 from .batches import Batches
 from .errors import (
@@ -41,6 +41,7 @@ from .errors import (
     MooncakeTimeoutError,
     error_for,
 )
+from .outcome import PendingWrite, sent_bytes
 from .retry import RetryPolicy
 from .status import (
     INVALID_PARAMS,
@@ -50,6 +51,8 @@ from .status import (
     OBJECT_NOT_FOUND,
     OP_GET,
     OP_GET_BUFFER,
+    OP_PUT,
+    OP_UPSERT,
     OPS,
     describe,
     is_retryable,
@@ -138,10 +141,34 @@ class BlockingCalls:
         msg = _binding.last_error()
         if rc == MCS_E_TIMEOUT:
             batch_id = int(idp[0])
+            write = self.pending_write(packed, batch_id)
             with native.lock:  # the shim still uses the batch: keep it until it completes
                 native.orphans[batch_id] = packed
-            raise MooncakeTimeoutError(rc, f"{what + ': ' if what else ''}{msg}", None, batch_id)
+                if write is not None:
+                    native.writes.add(write)
+            raise MooncakeTimeoutError(
+                rc, f"{what + ': ' if what else ''}{msg}", None, batch_id, write
+            )
         raise refused(rc, packed.keys)
+
+    def pending_write(self, packed: Packed, batch_id: int) -> PendingWrite | None:
+        """The handle on a timed-out PUT / UPSERT batch's outcome (None for other ops)."""
+        op = int(packed.batch.op)
+        if op not in (OP_PUT, OP_UPSERT):
+            return None
+        return PendingWrite(
+            OPS[op],
+            packed.keys,
+            batch_id,
+            lambda i: sent_bytes(packed, i),
+            self.read_back,
+            self.batches.reap,
+        )
+
+    def read_back(self, key: Any) -> bytes | None:
+        """The value of ``key`` now (None if missing), within the client's deadline: what a
+        timed-out write's outcome compares with the bytes it sent."""
+        return self.drive(batch_get_plan([key]), DEFAULT)[0]  # type: ignore[no-any-return]
 
     def run(
         self,

@@ -24,6 +24,7 @@ from ._marshal import Packed, ReusedBatch
 from ._replica_abi import replica_options
 from .config import StoreConfig
 from .errors import ClosedError, check
+from .outcome import WriteLedger
 from .status import MCS_E_CLOSED
 from .wheel import adapt_setup_config
 
@@ -130,6 +131,8 @@ class NativeClient:
         self.pending: dict[int, tuple[Packed, Any]] = {}
         #: Batches of blocking calls that timed out: id -> what the shim still borrows.
         self.orphans: dict[int, Packed] = {}
+        #: Timed-out writes, for their outcomes (:mod:`.outcome`).
+        self.writes = WriteLedger()
         self._closed = False
         #: Per-thread memory (:class:`ThreadState` as ``tls.state``; see :meth:`thread`).
         self.tls = threading.local()

@@ -135,7 +135,7 @@ class Deadline:
         if self.step_ms == max(1, round(self.limit * 1000)):
             return exc  # the step had the whole deadline: the message already names it
         note = f"{exc.message}; the call's deadline: {self.limit:g} s"
-        return MooncakeTimeoutError(exc.code, note, exc.results, exc.batch_id)
+        return MooncakeTimeoutError(exc.code, note, exc.results, exc.batch_id, exc.write)
 
 
 def segment_note(config: Any) -> str:

@@ -20,7 +20,9 @@ from ._binding import ffi, lib
 from ._marshal import Packed, as_list, gather_values, refused
 from ._native import NativeClient
 from ._plans import Step
+from ._types import Key
 from .errors import check
+from .outcome import KeyOutcome
 from .status import (
     FLAG_FORCE,
     FLAG_SKIP_EXISTING,
@@ -151,9 +153,12 @@ class Batches:
             for i in range(k):
                 c = out[i]
                 bid = int(c.id)
-                if c.timed_out:  # a blocking call gave up on it: nobody to tell
-                    native.orphans.pop(bid, None)
+                if c.timed_out:  # a blocking call gave up on it: only its outcome to tell
+                    orphan = native.orphans.pop(bid, None)
                     lib.mcs_client_release(handle, bid)
+                    native.writes.ended(
+                        bid, None if orphan is None else orphan.unpack(), int(c.status)
+                    )
                     continue
                 packed, user = native.pending.pop(bid, (None, None))
                 results = packed.unpack() if packed is not None else []
@@ -206,6 +211,12 @@ class Batches:
         if batch_id in native.orphans:
             self.reap()
         return batch_id not in native.orphans and batch_id not in native.pending
+
+    def write_outcome(self, keys: Sequence[Key], timeout: float | None = 0.0) -> list[KeyOutcome]:
+        """What the latest timed-out write of each of ``keys`` on this client did, for a
+        caller who no longer holds its :class:`~mooncake_cffi.MooncakeTimeoutError` (the
+        drop-in's callers see only ``-901``): see :meth:`.outcome.WriteLedger.outcome`."""
+        return self.native.writes.outcome(as_list(keys), timeout)
 
     @property
     def pending(self) -> int:
