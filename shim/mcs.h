@@ -517,9 +517,16 @@ MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const c
  * and L1 is unregistered.  Mooncake's own teardown (RealClient::tearDownAll)
  * comes last.  A client of a single master (master_server_addr host:port)
  * waits for it (0.3-1 s).  A client of HA masters (etcd://, redis://, k8s://)
- * waits for it at most 1 s, then leaves it to a thread of its own: Mooncake's
- * teardown joins its leader monitor, which waits up to 30 s for a master view
- * change (EtcdLeaderCoordinator::WaitForViewChange) and cannot be woken.  That
+ * with global_segment_size 0 is not torn down: its buffers registered through
+ * mcs_client_register_buffer are unregistered and Mooncake's client is kept,
+ * one per setup configuration, for the next client created in the process
+ * with the same configuration, which takes it over without a new setup (a
+ * second one closed while one is kept is torn down as below); a kept client
+ * is never torn down, and the process exits without it.  Any other client
+ * of HA masters waits for it at most 1 s, then leaves it to a thread of its
+ * own: Mooncake's teardown joins its leader monitor, which waits up to 30 s
+ * for a master view change (EtcdLeaderCoordinator::WaitForViewChange) and
+ * cannot be woken.  That
  * thread, counted by mcs_teardowns_pending(), runs for the rest of that wait
  * (at most 30 s, counted from the monitor's last wake-up), then Mooncake
  * unmounts the client's segment (global_segment_size > 0), frees it and

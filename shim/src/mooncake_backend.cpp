@@ -8,11 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "fds.hpp"
+#include "ha_pool.hpp"
 #include "internal.hpp"
 #include "legacy_setup.hpp"
 #include "probe.hpp"
@@ -231,8 +234,10 @@ bool image_matches(const char *path, Layout layout, std::string &why) {
 
 class MooncakeBackend final : public Backend {
 public:
-    MooncakeBackend(std::shared_ptr<RealClient> client, bool ha, bool segment)
-        : client_(std::move(client)), ha_(ha), segment_(segment) {}
+    // pool_key: where the client goes when closed (ha_pool.hpp), "" to tear it down.
+    MooncakeBackend(std::shared_ptr<RealClient> client, bool ha, bool segment,
+                    std::string pool_key = {})
+        : client_(std::move(client)), ha_(ha), segment_(segment), pool_key_(std::move(pool_key)) {}
     ~MooncakeBackend() override {
         if (leak_) {
             // The process is about to _exit: destroying RealClient would run the
@@ -358,10 +363,21 @@ public:
     int health_check() override { return g_sym.health_check(client_.get()); }
     int64_t size(const std::string &key) override { return g_sym.get_size(client_.get(), key); }
     int register_buffer(void *ptr, size_t size) override {
-        return g_sym.register_buffer(client_.get(), ptr, size);
+        int rc = g_sym.register_buffer(client_.get(), ptr, size);
+        if (rc == 0 && !pool_key_.empty()) {
+            std::lock_guard<std::mutex> lk(regs_mu_);
+            regs_.push_back(ptr);
+        }
+        return rc;
     }
     int unregister_buffer(void *ptr) override {
-        return g_sym.unregister_buffer(client_.get(), ptr);
+        int rc = g_sym.unregister_buffer(client_.get(), ptr);
+        if (rc == 0 && !pool_key_.empty()) {
+            std::lock_guard<std::mutex> lk(regs_mu_);
+            auto it = std::find(regs_.begin(), regs_.end(), ptr);
+            if (it != regs_.end()) regs_.erase(it);
+        }
+        return rc;
     }
     Ranges get_into_ranges(const PtrVec &bufs, const std::vector<StrVec> &keys, const SizeNest &dst,
                            const SizeNest &src, const SizeNest &sizes) override {
@@ -379,15 +395,27 @@ public:
     void teardown() override {
         if (client_ && !torn_down_) {
             torn_down_ = true;
+            if (!pool_key_.empty()) {
+                // Kept for the next client of this configuration, with nothing of
+                // this one's registered (the memory may be freed after close).
+                std::lock_guard<std::mutex> lk(regs_mu_);
+                for (void *ptr : regs_) g_sym.unregister_buffer(client_.get(), ptr);
+                regs_.clear();
+                if (keep(pool_key_, client_)) {
+                    client_.reset();
+                    return;
+                }
+            }
             g_sym.teardown(client_.get());
         }
     }
     // An HA client's tearDownAll joins its leader monitor, which waits up to
     // 30 s for a view change that is not coming (EtcdLeaderCoordinator::
     // WaitForViewChange): close() leaves that to the background after 1 s.
-    // Any other client's teardown (0.3-1 s) is waited for.
+    // Any other client's teardown (0.3-1 s) is waited for, and so is an HA
+    // client's that is kept for reuse (no teardown: ha_pool.hpp).
     std::chrono::milliseconds teardown_wait() const override {
-        return std::chrono::milliseconds(ha_ ? kHaTeardownWaitMs : -1);
+        return std::chrono::milliseconds(ha_ && pool_key_.empty() ? kHaTeardownWaitMs : -1);
     }
     // Mooncake unmounts the client's segment only at the end of its teardown:
     // a process leaving earlier would leave the master a segment without memory.
@@ -400,6 +428,9 @@ private:
     bool segment_;  // contributes memory (global_segment_size is not 0)
     bool torn_down_ = false;
     bool leak_ = false;
+    std::string pool_key_;  // kept in the pool at close when not empty (an HA client, no segment)
+    std::mutex regs_mu_;
+    std::vector<void *> regs_;  // registered through this backend (unregistered before keeping)
     bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
 };
 
@@ -479,6 +510,15 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
 
     prepare_connection(cfg, probe_timeout_ms);
     commit_process_wide(cfg);
+    // An HA client without a segment: a Mooncake client kept from a closed one
+    // of the same configuration serves it (ha_pool.hpp), else a new one will
+    // be kept when it closes.
+    const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
+    std::string key = ha && wants_no_segment(cfg) ? pool_key(cfg) : std::string();
+    if (!key.empty())
+        if (std::shared_ptr<RealClient> kept = take_kept(key))
+            return std::make_unique<MooncakeBackend>(std::move(kept), true, false, std::move(key));
+    const long free_before = free_fds();
     std::shared_ptr<RealClient> client = g_sym.create();
     if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
     ExpectedVoid r = has_legacy_setup() && wants_no_segment(cfg)
@@ -487,11 +527,13 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
     *g_sym.minloglevel = g_log_level;
     if (!r.has_value) {
         int code = r.error ? r.error : -1;
+        std::string fds = setup_fd_note(free_before);  // Mooncake says INTERNAL_ERROR
         g_sym.teardown(client.get());
-        throw Error(code, "Mooncake setup failed: " + describe(code));
+        throw Error(code,
+                    "Mooncake setup failed: " + describe(code) + (fds.empty() ? "" : "; ") + fds);
     }
-    const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
-    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg));
+    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg),
+                                             std::move(key));
 }
 
 }  // namespace mcs
