@@ -80,6 +80,10 @@ class KeyOutcome:
 Reader = Callable[[Any], "bytes | None"]
 
 
+def _nothing_sent(i: int) -> None:
+    return None
+
+
 class PendingWrite:
     """A timed-out write batch (PUT or UPSERT): its keys and, once known, its results.
 
@@ -121,6 +125,8 @@ class PendingWrite:
         else:
             self._settled = True  # (before the results: a reader of them sees it set)
             self._results = [int(r) for r in results]
+            if not UNSETTLED.intersection(self._results):
+                self._sent = _nothing_sent  # no store check left: let the buffers go
         self._done.set()
 
     @property
