@@ -553,6 +553,34 @@ MCS_API int mcs_teardowns_pending(void);
  * (MCS_E_TIMEOUT; -1 waits forever). */
 MCS_API int mcs_teardowns_wait(int timeout_ms);
 
+/* Reads that survive a storage node, process-wide.  Mooncake 0.3.13.post1's
+ * reads take one replica (its SelectBestReplica: the first memory replica
+ * the master lists) and do not go on to another when its transfer fails.
+ * The shim loads store.so after itself with its own SelectBestReplica in the
+ * global scope, so store.so's reads ask the shim: Mooncake's pick, unless its
+ * endpoint failed a transfer in the last 30 s ("suspect"), then another
+ * complete memory replica of the key.  A GET whose transfer failed
+ * (TRANSFER_FAIL) is tried again up to 3 times, marking the endpoint of each
+ * failed try suspect; a one-key read that failed marks its endpoint at once.
+ * Only a wheel whose replica layout the shim checked (0.3.13.post1) takes
+ * part (active = 1); otherwise, or when store.so was loaded before the
+ * shim (the interposition is then not in effect: seen = 0), every read is
+ * Mooncake's own.  Counters since the process started. */
+struct mcs_replica_choice_stats {
+    uint32_t struct_size; /* sizeof(struct mcs_replica_choice_stats) */
+    uint32_t active;      /* 1: the loaded wheel's layout checked out */
+    uint32_t seen;        /* 1: store.so's reads have asked the shim */
+    uint32_t suspects;    /* endpoints suspect now */
+    uint64_t choices;     /* replica choices made with a suspect known or recorded */
+    uint64_t fallbacks;   /* of them, another replica than Mooncake's pick */
+    uint64_t marked;      /* times an endpoint was marked suspect */
+    uint64_t retries;     /* reads tried again after a failed transfer */
+    uint64_t recovered;   /* of them, read from another replica */
+};
+
+/* Fills *out (its struct_size set by the caller).  Thread-safe. */
+MCS_API int mcs_replica_choice_stats(struct mcs_replica_choice_stats *out);
+
 /* For a process that is about to _exit(): like mcs_client_close() (accepted
  * work finishes, workers are joined, L1 is unregistered) but Mooncake's own
  * teardown, which takes 0.3-1 s, is skipped.  The master forgets the client

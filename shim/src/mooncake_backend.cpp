@@ -20,6 +20,7 @@
 #include "legacy_setup.hpp"
 #include "probe.hpp"
 #include "replica.hpp"
+#include "replica_choice.hpp"
 
 namespace mooncake {
 // Opaque: reached only through its exported ptr() / size() and destroyed
@@ -170,6 +171,8 @@ constexpr const char *kIntoRanges6 =
     "toISC_ESaISt4pairIKSC_SW_EEE";
 IntoRanges5 g_into_ranges5 = nullptr;
 IntoRanges6 g_into_ranges6 = nullptr;
+// Set once by load_mooncake: reads can go to another replica (replica_choice.hpp).
+bool g_replica_choice = false;
 
 // Flattened parts (key i: [first[i], first[i+1])) as Mooncake's nested vectors.
 void nest(const PtrVec &bufs, const SizeVec &sizes, const SizeVec &first, PtrVecs &all_bufs,
@@ -256,9 +259,37 @@ public:
     }
     std::vector<int64_t> get_into(const StrVec &keys, const PtrVec &bufs,
                                   const SizeVec &sizes) override {
-        if (keys.size() == 1 && single_get_)
-            return {g_sym.get_into(client_.get(), keys[0], bufs[0], sizes[0])};
-        return g_sym.batch_get(client_.get(), keys, bufs, sizes);
+        std::vector<int64_t> r;
+        ChoiceRecorder rec;
+        if (keys.size() == 1 && single_get_ && !any_suspects())
+            r = {g_sym.get_into(client_.get(), keys[0], bufs[0], sizes[0])};
+        else
+            r = g_sym.batch_get(client_.get(), keys, bufs, sizes);
+        // One key: the endpoint chosen is that key's (of a batch, not known per key).
+        if (keys.size() == 1 && r.size() == 1 && r[0] == kTransferFail) mark_suspect(rec.endpoint);
+        for (size_t i = 0; i < r.size() && i < keys.size(); i++)
+            if (r[i] == kTransferFail) r[i] = reread(keys[i], bufs[i], sizes[i]);
+        return r;
+    }
+    // A read whose transfer failed, tried again through Mooncake's batch read
+    // (whose replica choice comes to replica_choice.cpp): the endpoint that
+    // failed it is marked suspect and the next try takes another replica, up
+    // to 3 tries.  Without the interposition, the read's code as it was.
+    int64_t reread(const std::string &key, void *buf, size_t size) {
+        if (!replica_failover_) return kTransferFail;
+        int64_t r = kTransferFail;
+        bool moved = false;
+        for (int attempt = 0; attempt < 3 && r == kTransferFail; attempt++) {
+            ChoiceRecorder rec;
+            r = g_sym.batch_get(client_.get(), StrVec{key}, PtrVec{buf}, SizeVec{size}).at(0);
+            moved = moved || rec.moved;
+            if (r == kTransferFail) {
+                if (rec.endpoint.empty()) break;  // not chosen here: nothing to avoid
+                mark_suspect(rec.endpoint);
+            }
+        }
+        count_retry(r >= 0 && moved);
+        return r;
     }
     // Mooncake sizes and reads each value into its client's local buffer in
     // one round trip (a batch query, then the transfers).  A null handle
@@ -266,10 +297,15 @@ public:
     // failed transfer -- Mooncake does not say which, so it is "unread".
     HeldValues get_buffers(const StrVec &keys) override {
         auto handles = std::make_shared<std::vector<HandlePtr>>();
-        if (keys.size() == 1)
+        if (keys.size() == 1) {
+            // A replica chosen and no value: its transfer failed (or the local
+            // buffer had no room): later reads prefer another replica.
+            ChoiceRecorder rec;
             handles->push_back(g_sym.get_buffer(client_.get(), keys[0]));
-        else
+            if (!handles->back()) mark_suspect(rec.endpoint);
+        } else {
             *handles = g_sym.batch_get_buffer(client_.get(), keys);
+        }
         HeldValues out;
         const size_t n = handles->size();
         out.values.resize(n, nullptr);
@@ -336,8 +372,9 @@ public:
         return g_sym.is_exist(client_.get(), key);
     }
     int64_t get_one(const std::string &key, void *buf, size_t size) override {
-        return single_get_ ? g_sym.get_into(client_.get(), key, buf, size)
-                           : Backend::get_one(key, buf, size);
+        if (!single_get_ || any_suspects()) return get_into(StrVec{key}, {buf}, {size}).at(0);
+        int64_t r = g_sym.get_into(client_.get(), key, buf, size);
+        return r == kTransferFail ? reread(key, buf, size) : r;
     }
     int64_t remove_one(const std::string &key, bool force) override {
         return g_sym.remove_one(client_.get(), key, force);
@@ -432,6 +469,7 @@ private:
     std::mutex regs_mu_;
     std::vector<void *> regs_;  // registered through this backend (unregistered before keeping)
     bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
+    bool replica_failover_ = g_replica_choice;
 };
 
 }  // namespace
@@ -478,6 +516,7 @@ int load_mooncake(const char *path, const char *version, std::string &msg) {
     g_upsert_multi = reinterpret_cast<UpsertMulti>(dlsym(h, kUpsertMulti));  // optional
     g_into_ranges5 = reinterpret_cast<IntoRanges5>(dlsym(h, kIntoRanges5));  // optional
     g_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, kIntoRanges6));  // optional
+    g_replica_choice = replica_choice_init(h);                               // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
     return MCS_OK;
