@@ -14,6 +14,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._capi.marshal import sent_bytes
 from ._core.batches import Completion
 from ._core.plans import (
     Deadline,
@@ -32,6 +33,7 @@ from ._core.types import DEFAULT, Key, Timeout
 from .client import EXISTED, Client
 from .config import StoreConfig
 from .errors import MooncakeError, MooncakeTimeoutError, QueueFullError, error_for
+from .outcome import PendingWrite
 from .status import (
     FLAG_FORCE,
     FLAG_SKIP_EXISTING,
@@ -146,7 +148,39 @@ class AsyncClient:
                 MCS_E_TIMEOUT,
                 f"{OPS[step.op]} of {len(step.keys)} key(s) did not finish within {limit} s "
                 f"(batch {batch_id} goes on; its buffers stay in use until it completes)",
+                None,
+                batch_id,
+                self._pending_write(step, batch_id, fut),
             ) from None
+
+    def _pending_write(
+        self, step: Step, batch_id: int, fut: asyncio.Future[Completion]
+    ) -> PendingWrite | None:
+        """The handle on a timed-out write's outcome, completed with its batch's completion
+        (None for other ops)."""
+        if step.op not in (OP_PUT, OP_UPSERT):
+            return None
+        native = self.client._native
+        packed = native.pending[batch_id][0] if batch_id in native.pending else None
+        write = PendingWrite(
+            OPS[step.op],
+            step.keys,
+            batch_id,
+            lambda i: None if packed is None else sent_bytes(packed, i),
+            self.client._calls.read_back,
+            None,
+        )
+
+        def ended(f: asyncio.Future[Completion]) -> None:
+            if f.cancelled():
+                write.complete(None, MCS_E_TIMEOUT)
+                return
+            comp = f.result()
+            write.complete(comp.results, 0 if comp.ran else comp.status)
+
+        fut.add_done_callback(ended)
+        native.writes.add(write)
+        return write
 
     async def _drive(
         self, plan: Plan, timeout: Timeout, retrying: bool = True, call: Deadline | None = None

@@ -154,9 +154,9 @@ class Client:
         """Finish accepted work, unregister L1 and tear Mooncake down.  Idempotent.
 
         Batches that timed-out calls left running are finished first, so no buffer they
-        use is written after this returns.  A client of HA masters (``etcd://``) returns
-        within about 1 s and leaves the end of Mooncake's teardown (its leader monitor's
-        wait, up to 30 s, then the segment's unmount) to a background thread.  Also run
+        use is written after this returns.  A client of HA masters (``etcd://``) without a
+        segment keeps Mooncake's client for the next one of its configuration; with one it
+        returns within ~1 s, leaving the rest of the teardown to a thread (up to 30 s).  Also run
         when the client's last reference goes, and at exit."""
         self._native.close()  # ends every batch, timed-out ones included
         if self._values.area is not None:

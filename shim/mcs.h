@@ -434,6 +434,31 @@ struct mcs_integrity_stats {
     uint64_t failed;      /* keys answered MCS_E_CORRUPT */
 };
 
+/* Reads that survive a storage node, process-wide.  Mooncake 0.3.13.post1's
+ * reads take one replica (its SelectBestReplica: the first memory replica
+ * the master lists) and do not go on to another when its transfer fails.
+ * The shim loads store.so after itself with its own SelectBestReplica in the
+ * global scope, so store.so's reads ask the shim: Mooncake's pick, unless its
+ * endpoint failed a transfer in the last 30 s ("suspect"), then another
+ * complete memory replica of the key.  A GET whose transfer failed
+ * (TRANSFER_FAIL) is tried again up to 3 times, marking the endpoint of each
+ * failed try suspect; a one-key read that failed marks its endpoint at once.
+ * Only a wheel whose replica layout the shim checked (0.3.13.post1) takes
+ * part (active = 1); otherwise, or when store.so was loaded before the
+ * shim (the interposition is then not in effect: seen = 0), every read is
+ * Mooncake's own.  Counters since the process started. */
+struct mcs_replica_choice_stats {
+    uint32_t struct_size; /* sizeof(struct mcs_replica_choice_stats) */
+    uint32_t active;      /* 1: the loaded wheel's layout checked out */
+    uint32_t seen;        /* 1: store.so's reads have asked the shim */
+    uint32_t suspects;    /* endpoints suspect now */
+    uint64_t choices;     /* replica choices made with a suspect known or recorded */
+    uint64_t fallbacks;   /* of them, another replica than Mooncake's pick */
+    uint64_t marked;      /* times an endpoint was marked suspect */
+    uint64_t retries;     /* reads tried again after a failed transfer */
+    uint64_t recovered;   /* of them, read from another replica */
+};
+
 typedef struct mcs_client mcs_client;
 
 /* --- version and errors (always callable, thread-safe) --- */
@@ -498,6 +523,10 @@ MCS_API int mcs_teardowns_pending(void);
 /* Waits until no background teardown runs (0) or timeout_ms passes
  * (MCS_E_TIMEOUT; -1 waits forever). */
 MCS_API int mcs_teardowns_wait(int timeout_ms);
+
+/* The process's read-failover counters (struct mcs_replica_choice_stats) into
+ * *out, its struct_size set by the caller.  Thread-safe. */
+MCS_API int mcs_replica_choice_stats(struct mcs_replica_choice_stats *out);
 
 /* --- a client's life --- */
 
@@ -575,9 +604,16 @@ MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const c
  * and L1 is unregistered.  Mooncake's own teardown (RealClient::tearDownAll)
  * comes last.  A client of a single master (master_server_addr host:port)
  * waits for it (0.3-1 s).  A client of HA masters (etcd://, redis://, k8s://)
- * waits for it at most 1 s, then leaves it to a thread of its own: Mooncake's
- * teardown joins its leader monitor, which waits up to 30 s for a master view
- * change (EtcdLeaderCoordinator::WaitForViewChange) and cannot be woken.  That
+ * with global_segment_size 0 is not torn down: its buffers registered through
+ * mcs_client_register_buffer are unregistered and Mooncake's client is kept,
+ * one per setup configuration, for the next client created in the process
+ * with the same configuration, which takes it over without a new setup (a
+ * second one closed while one is kept is torn down as below); a kept client
+ * is never torn down, and the process exits without it.  Any other client
+ * of HA masters waits for it at most 1 s, then leaves it to a thread of its
+ * own: Mooncake's teardown joins its leader monitor, which waits up to 30 s
+ * for a master view change (EtcdLeaderCoordinator::WaitForViewChange) and
+ * cannot be woken.  That
  * thread, counted by mcs_teardowns_pending(), runs for the rest of that wait
  * (at most 30 s, counted from the monitor's last wake-up), then Mooncake
  * unmounts the client's segment (global_segment_size > 0), frees it and

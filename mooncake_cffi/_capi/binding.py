@@ -61,7 +61,9 @@ except ImportError:  # e.g. a cffi runtime older than the one that built the pac
     PRECOMPILED = False
 
 try:
-    lib: Any = ffi.dlopen(str(_library_path()))
+    # RTLD_GLOBAL: store.so, loaded after it, takes the shim's replica choice
+    # (shim/src/replica_choice.hpp); the shim exports nothing else but mcs_* names.
+    lib: Any = ffi.dlopen(str(_library_path()), ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
 except OSError as exc:  # pragma: no cover - broken installation
     raise ImportError(
         f"cannot load the mooncake-cffi shim {_library_path()}: {exc}; "

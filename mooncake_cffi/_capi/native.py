@@ -22,6 +22,7 @@ from typing import Any
 
 from ..config import StoreConfig
 from ..errors import ClosedError
+from ..outcome import WriteLedger
 from ..sizes import parse_size
 from ..status import MCS_E_CLOSED
 from ..wheel import adapt_setup_config
@@ -176,6 +177,8 @@ class NativeClient:
         self.pending: dict[int, tuple[Packed, Any]] = {}
         #: Batches of blocking calls that timed out: id -> what the shim still borrows.
         self.orphans: dict[int, Packed] = {}
+        #: Timed-out writes, for their outcomes (:mod:`.outcome`).
+        self.writes = WriteLedger()
         self._closed = False
         #: Per-thread memory (:class:`ThreadState` as ``tls.state``; see :meth:`thread`).
         self.tls = threading.local()

@@ -37,6 +37,7 @@ struct Pending {
     std::condition_variable cv;
     int running = 0;
     int before_exit = 0;  // of those, the ones the exit waits for
+    int kept = 0;         // clients kept alive without a teardown (keep_until_exit)
 };
 Pending &pending() {
     static Pending *p = new Pending();
@@ -63,7 +64,7 @@ void exit_while_pending(int status, void *) {
     Pending &p = pending();
     std::unique_lock<std::mutex> lk(p.mu);
     p.cv.wait(lk, [&] { return p.before_exit == 0; });
-    if (p.running == 0) return;  // nothing in the background: a normal exit
+    if (p.running == 0 && p.kept == 0) return;  // nothing in the background: a normal exit
     lk.unlock();
     std::fflush(nullptr);
     _exit(status);
@@ -114,6 +115,13 @@ bool run_bounded(std::function<void()> work, std::chrono::milliseconds wait, boo
     }).detach();
     std::unique_lock<std::mutex> lk(p.mu);
     return p.cv.wait_for(lk, wait, [&] { return *done; });
+}
+
+void keep_until_exit(int delta) {
+    std::call_once(g_exit_hook, [] { on_exit(exit_while_pending, nullptr); });
+    Pending &p = pending();
+    std::lock_guard<std::mutex> lk(p.mu);
+    p.kept += delta;
 }
 
 int background_teardowns() {

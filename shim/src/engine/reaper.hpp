@@ -19,6 +19,12 @@ bool run_bounded(std::function<void()> work, std::chrono::milliseconds wait, boo
 // Teardowns started by run_bounded() that have not ended yet.
 int background_teardowns();
 
+// Counts a Mooncake client kept alive without a teardown (delta +1 / -1):
+// while any is, the process exits as it does with a teardown still running
+// (stdio flushed, then _exit), so neither Mooncake's exit handler nor static
+// destruction tears it down (ha_pool.hpp).
+void keep_until_exit(int delta);
+
 // Waits until no background teardown runs or `timeout` passes (negative:
 // forever); true if none runs.
 bool wait_background_teardowns(std::chrono::milliseconds timeout);

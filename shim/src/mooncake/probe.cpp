@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../engine/engine.hpp"
+#include "fds.hpp"
 #include "mooncake_backend.hpp"
 
 namespace mcs {
@@ -68,7 +69,10 @@ int tcp_connect(const std::string &host, const std::string &port, int timeout_ms
     for (addrinfo *ai = res; ai && connected < 0; ai = ai->ai_next) {
         int fd =
             socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) continue;
+        if (fd < 0) {
+            why = strerror(errno);
+            continue;
+        }
         int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (rc == 0) {
             connected = fd;
@@ -126,8 +130,12 @@ bool split_host_port(const std::string &addr, std::string &host, std::string &po
 void probe(const std::string &what, const std::string &addr, int timeout_ms) {
     std::string host, port, why;
     if (!split_host_port(addr, host, port)) return;  // validated before (http:// URLs get :80)
-    if (!tcp_probe(host, port, timeout_ms, why))
+    if (!tcp_probe(host, port, timeout_ms, why)) {
+        std::string fds = fd_shortage();  // not the address's fault
+        if (!fds.empty())
+            throw Error(MCS_E_INTERNAL, "cannot probe " + what + " " + addr + ": " + fds);
         throw Error(MCS_E_UNREACHABLE, what + " " + addr + " is unreachable (" + why + ")");
+    }
 }
 
 // True if host:port answers an HTTP GET of /health the way etcd does.
@@ -313,6 +321,9 @@ void probe_etcd(const std::string &what, const std::string &value, int timeout_m
         }
         reasons += (reasons.empty() ? "" : "; ") + ep + ": " + why;
     }
+    std::string fds = fd_shortage();
+    if (!fds.empty())
+        throw Error(MCS_E_INTERNAL, "cannot probe " + what + " " + value + ": " + fds);
     throw Error(MCS_E_UNREACHABLE, what + " " + value + " is unreachable (" + reasons + ")");
 }
 
