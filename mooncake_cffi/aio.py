@@ -32,11 +32,12 @@ from ._core.plans import (
 from ._core.types import DEFAULT, Key, Timeout
 from .client import EXISTED, Client
 from .config import StoreConfig
-from .errors import MooncakeError, MooncakeTimeoutError, QueueFullError, error_for
+from .errors import ClosedError, MooncakeError, MooncakeTimeoutError, QueueFullError, error_for
 from .outcome import PendingWrite
 from .status import (
     FLAG_FORCE,
     FLAG_SKIP_EXISTING,
+    MCS_E_CLOSED,
     MCS_E_TIMEOUT,
     OBJECT_NOT_FOUND,
     OP_CODES,
@@ -94,6 +95,7 @@ class AsyncClient:
             self.client = Client(config, **options)
             self._owns = True
         self._futures: dict[int, asyncio.Future[Completion]] = {}
+        self._closing = False  # aclose() runs: no new batch is submitted
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = self.client.fileno()
         self._progress: asyncio.Event | None = None
@@ -130,6 +132,8 @@ class AsyncClient:
         """Submit one step's batch and await its completion, within ``limit`` seconds."""
         loop = self._attach()
         while True:
+            if self._closing:
+                raise ClosedError(MCS_E_CLOSED, "the AsyncClient is closing (aclose())")
             try:
                 batch_id = self.client.batches.submit_step(step, writable=writable)
                 break
@@ -230,6 +234,8 @@ class AsyncClient:
 
     async def _blocking(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """The client's blocking ``name`` in the loop's executor (the L1 staging path)."""
+        if self._closing:
+            raise ClosedError(MCS_E_CLOSED, "the AsyncClient is closing (aclose())")
         call = functools.partial(getattr(self.client, name), *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
@@ -462,15 +468,21 @@ class AsyncClient:
     async def aclose(self) -> None:
         """Let the batches in flight finish (their callers get their answers: what was
         stored is reported stored), stop watching the eventfd, and close the client if this
-        object created it."""
-        if self._loop is not None:
-            while self._futures and self._loop is asyncio.get_running_loop():
-                await asyncio.wait(list(self._futures.values()))
-            self._loop.remove_reader(self._fd)
-            self._loop = None
-        if self._owns:
-            # close() joins worker threads: keep the loop responsive meanwhile.
-            await asyncio.get_running_loop().run_in_executor(None, self.client.close)
+        object created it.  From its start, calls of this object that would submit a new
+        batch raise :class:`ClosedError` (tasks still calling cannot keep it waiting); once
+        it returns, one that did not create its client may be used again."""
+        self._closing = True
+        try:
+            if self._loop is not None:
+                while self._futures and self._loop is asyncio.get_running_loop():
+                    await asyncio.wait(list(self._futures.values()))
+                self._loop.remove_reader(self._fd)
+                self._loop = None
+            if self._owns:
+                # close() joins worker threads: keep the loop responsive meanwhile.
+                await asyncio.get_running_loop().run_in_executor(None, self.client.close)
+        finally:
+            self._closing = self._owns
 
     async def __aenter__(self) -> AsyncClient:
         return self
