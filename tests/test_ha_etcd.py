@@ -14,7 +14,6 @@ afterwards, old ones too, whether the leader changed or not.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from mooncake_cffi import Client, MooncakeError
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed"),
+    pytest.mark.usefixtures("etcd"),
 ]
 
 OP_TIMEOUT = 2.0
