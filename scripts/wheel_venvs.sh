@@ -70,8 +70,12 @@ build() {
     if [ "$have" != "$ver" ]; then
         log "installing $dist==$ver into $venv"
         "$venv/bin/python" -m pip install -q "$dist==$ver" \
-            cffi numpy click pytest hypothesis prometheus_client meson ninja \
+            cffi numpy click pytest pytest-timeout hypothesis prometheus_client meson ninja \
             || return 1
+    fi
+    # pyproject.toml gives every test a timeout: venvs made before it lack the plugin.
+    if ! "$venv/bin/python" -m pip show -q pytest-timeout >/dev/null 2>&1; then
+        "$venv/bin/python" -m pip install -q pytest-timeout || return 1
     fi
     if needs_cudart "$venv" && ! "$venv/bin/python" -m pip show -q nvidia-cuda-runtime-cu12 \
         >/dev/null 2>&1; then
