@@ -10,8 +10,8 @@ etcd metadata need it); ``netns`` skips it without network namespaces (root, ip,
 
 Each test is marked by the fixtures it uses, directly or through other fixtures (see
 ``FIXTURE_MARKERS``; the markers are described in pyproject.toml), so that ``pytest -m``
-picks a part of the suite: ``-m "not own_cluster and not slow"`` is the quick loop
-(scripts/test.sh --quick).
+picks a part of the suite; the quick loop (scripts/test.sh --quick) is what needs no cluster
+and the client's tests on the shared one (docs/contributing.md).
 
 When a test that used a cluster fails, the last lines of the master's and the storage
 node's logs (with their paths) are added to its report.  For the mcl2 tests, ``run``
@@ -24,6 +24,7 @@ import shutil
 import signal
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +62,24 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "netns": ("namespaces",),
     "run": ("cli",),
 }
+#: The markers of the face a module tests, by its name: mcl2 (which the mcl2 modules also
+#: start as a process), the drop-in MooncakeDistributedStore, the LMCache plugins.
+MODULE_MARKERS = {
+    "test_cli.py": "cli",
+    "test_cli_*.py": "cli",
+    "test_store_*.py": "store",
+    "test_lmcache_*.py": "lmcache",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its fixtures (``FIXTURE_MARKERS``), the mcl2 test modules
-    (tests/test_cli*.py, which also start mcl2 as a process) ``cli``, and a test marked
-    ``own_cluster`` by hand (one that starts a cluster through ``mcl2 cluster up``) ``cluster``
-    as well."""
+    """Mark each test by its fixtures (``FIXTURE_MARKERS``) and its module's name
+    (``MODULE_MARKERS``), and a test marked ``own_cluster`` by hand (one that starts a
+    cluster through ``mcl2 cluster up``) ``cluster`` as well."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         marks = {m for name in names & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[name]}
-        if item.path.name.startswith("test_cli"):
-            marks.add("cli")
+        marks.update(m for pattern, m in MODULE_MARKERS.items() if fnmatch(item.path.name, pattern))
         if item.get_closest_marker("own_cluster") is not None:
             marks.add("cluster")
         for mark in sorted(marks):
