@@ -330,6 +330,7 @@ def _mcl2(state_dir: Path, *args: str, stdin: bytes = b"") -> subprocess.Complet
 
 
 @pytest.mark.usefixtures("etcd")
+@pytest.mark.own_cluster  # `mcl2 cluster up`: no fixture marks it
 def test_mcl2_runs_an_ha_cluster_in_one_command(tmp_path: Path) -> None:
     state = tmp_path / "state"
     try:
