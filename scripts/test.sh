@@ -5,7 +5,7 @@
 #      clang-format), then scripts/install.sh (compiler, runtime libraries, .venv, this
 #      package with its test and docs extras);
 #   2. then three lanes at once (a lane's steps run one after another):
-#      - builds, at the lowest priority (it only computes, on the CPU the tests leave idle):
+#      - builds, at nice 10 (it only computes, on the CPU the tests leave idle):
 #        the wheel (python -m build --wheel in an isolated build environment: the one copy
 #        of the package the later steps install), the shim's C++ engine tests under
 #        ASan+UBSan, the LMCache tier's virtualenv (PyPI lmcache, cached between runs:
@@ -44,7 +44,8 @@ if [ "${1:-}" = --quick ]; then
     if [ ! -x .venv/bin/python ]; then
         MOONCAKE_CFFI_EXTRAS=test ./scripts/install.sh || { echo "install failed" >&2; exit 1; }
     else
-        installed=$(ls -d .venv/lib/python3*/site-packages/mooncake_cffi-*.dist-info 2>/dev/null | head -n 1)
+        installed=$(ls -d .venv/lib/python3*/site-packages/mooncake_cffi-*.dist-info 2>/dev/null |
+            head -n 1)
         if [ -z "$installed" ] ||
             [ -n "$(find mooncake_cffi shim cli meson.build meson.options pyproject.toml \
                 -newer "$installed" -type f -print -quit 2>/dev/null)" ]; then
@@ -78,7 +79,11 @@ export PATH="$PWD/.venv/bin:$PATH"
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
 passed=0 failed=0 failures=()
 record() { # NAME STATUS
-    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)) failures+=("$1"); fi
+    if [ "$2" -eq 0 ]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1)) failures+=("$1")
+    fi
 }
 step() {
     local name=$1
@@ -89,7 +94,7 @@ step() {
 }
 
 # Three lanes run at once. The builds lane (the wheel, the engine tests, the venvs, the docs
-# site) only computes: it runs at the lowest priority and takes the CPU the tests leave idle.
+# site) only computes: it runs at nice 10 and takes the CPU the tests leave idle.
 # The tests spend most of their time waiting on processes and timeouts: the pytest suite runs
 # in the foreground, and the other test steps beside it in a lane of their own, each waiting
 # for what it needs from the builds lane. A lane's steps run one after another; their output
@@ -192,7 +197,7 @@ later tests fresh "wheel: installed into a fresh virtualenv" wheel_in_fresh_venv
 later tests wtests "client and CLI tests on the oldest/newest supported Mooncake wheels" \
     wheel_venv_tests
 
-start_lane builds 19
+start_lane builds 10
 start_lane tests
 
 lint() {
