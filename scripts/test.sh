@@ -207,7 +207,13 @@ lint() {
 }
 step "lint (ruff check, ruff format --check, mypy, clang-format)" lint
 # The 25 slowest tests (setup and teardown counted apart) go into the log.
-step "pytest suite" pytest -q --durations=25 "$@"
+# It runs on MOONCAKE_CFFI_TEST_WORKERS processes (default 2; 1: in this process), with
+# pytest-xdist's --dist loadgroup: a module's tests on one worker, every network-namespace
+# test on the same one. Its tests mostly wait: 2 workers took 12 min where 1 took 23.
+workers=${MOONCAKE_CFFI_TEST_WORKERS:-2}
+xdist=()
+[ "$workers" -le 1 ] || xdist=(-n "$workers" --dist loadgroup)
+step "pytest suite" pytest -q --durations=25 "${xdist[@]}" "$@"
 collect_lanes
 
 echo

@@ -84,6 +84,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             marks.add("cluster")
         for mark in sorted(marks):
             item.add_marker(mark)
+        if config.pluginmanager.hasplugin("xdist"):
+            # With -n N --dist loadgroup: a module's tests stay on one worker (its module
+            # fixtures start once), and every network-namespace test on the same one.
+            group = "netns" if "namespaces" in marks else item.path.name
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _session_cluster(
