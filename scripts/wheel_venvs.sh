@@ -10,7 +10,8 @@
 # Venvs live in $MOONCAKE_CFFI_WHEEL_VENVS (default: ~/.cache/mooncake-cffi/wheel-venvs, kept
 # outside the work tree so fresh clones on the same machine reuse them).  A venv that already
 # holds the wanted Mooncake wheel is reused; only this package is reinstalled (without
-# dependencies, ~30 s).  Wheels whose store.so needs libcudart.so.12 get nvidia-cuda-runtime-cu12
+# dependencies, ~30 s; MOONCAKE_CFFI_PACKAGE=FILE installs that wheel of it instead of building
+# one from the checkout).  Wheels whose store.so needs libcudart.so.12 get nvidia-cuda-runtime-cu12
 # too (mooncake_cffi.wheel loads it).  Versions released only as mooncake-transfer-engine-cuda13
 # (CUDA13_ONLY in mooncake_cffi/wheel.py: 0.3.14) get that wheel whatever --variant says, with
 # nvidia-cuda-runtime 13 and, where the NVIDIA driver is absent, Debian's libcuda1 (the
@@ -27,13 +28,15 @@ if [ -t 2 ] && [ -z "${NO_COLOR:-}" ]; then bold=$'\033[1m' plain=$'\033[0m'; el
 log() { printf '%s==> %s%s\n' "$bold" "$*" "$plain" >&2; }
 
 root=${MOONCAKE_CFFI_WHEEL_VENVS:-$HOME/.cache/mooncake-cffi/wheel-venvs}
+package=${MOONCAKE_CFFI_PACKAGE:-$src}
+[ -e "$package" ] || { echo "MOONCAKE_CFFI_PACKAGE=$package: no such file" >&2; exit 2; }
 tests=${WHEEL_TESTS:-tests/test_wheel.py tests/test_client.py tests/test_cli.py tests/test_cli_options.py tests/test_cli_console.py}
 variant=cpu run_tests=0 versions=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --test) run_tests=1 ;;
         --variant) variant=${2:?--variant needs cpu or cuda}; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) versions+=("$1") ;;
     esac
     shift
@@ -117,8 +120,12 @@ build() {
     if [ "$have" != "$ver" ]; then
         log "installing $dist==$ver into $venv"
         "$venv/bin/python" -m pip install -q "$dist==$ver" \
-            cffi numpy click pytest hypothesis prometheus_client meson ninja \
+            cffi numpy click pytest pytest-timeout hypothesis prometheus_client meson ninja \
             || return 1
+    fi
+    # pyproject.toml gives every test a timeout: venvs made before it lack the plugin.
+    if ! "$venv/bin/python" -m pip show -q pytest-timeout >/dev/null 2>&1; then
+        "$venv/bin/python" -m pip install -q pytest-timeout || return 1
     fi
     if needs_cudart "$venv" 12 && ! "$venv/bin/python" -m pip show -q nvidia-cuda-runtime-cu12 \
         >/dev/null 2>&1; then
@@ -132,7 +139,7 @@ build() {
     fi
     driver_stand_in "$venv" || return 1
     log "installing this package into $venv (Mooncake $ver)"
-    "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$src" || return 1
+    "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$package" || return 1
 }
 
 expanded=()

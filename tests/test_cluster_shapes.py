@@ -103,7 +103,7 @@ def test_storage_nodes_each_mount_their_own_segment_on_loopback_only(
     assert pid_gone(crashed) and all(pid_gone(p) for p in local.pids.values() if p)
 
 
-@pytest.mark.parametrize("metadata", ["etcd", "p2p", "master"])
+@pytest.mark.parametrize("metadata", [pytest.param("etcd", marks=pytest.mark.ha), "p2p", "master"])
 def test_each_metadata_server_serves_puts_and_gets(
     make_cluster: Callable[..., LocalCluster], metadata: str
 ) -> None:

@@ -20,7 +20,6 @@ its deadline, service comes back, every key the cluster still has reads back its
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -33,7 +32,7 @@ from mooncake_cffi import Client, MooncakeError
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed"),
+    pytest.mark.usefixtures("etcd"),
 ]
 
 OP_TIMEOUT = 2.0
