@@ -18,6 +18,32 @@ public:
         return MemStore::exists(keys);
     }
     int register_buffer(void *, size_t) override { return 0; }
+    // Run once, right after the next read of a value returns (on the reading thread).
+    std::function<void()> after_read;
+    std::vector<int64_t> get_into(const mcs::StrVec &keys, const std::vector<void *> &bufs,
+                                  const std::vector<size_t> &sizes) override {
+        auto r = MemStore::get_into(keys, bufs, sizes);
+        read_done();
+        return r;
+    }
+    std::vector<int64_t> get_into_parts(const mcs::StrVec &keys, const std::vector<void *> &bufs,
+                                        const std::vector<size_t> &sizes,
+                                        const std::vector<size_t> &first) override {
+        auto r = MemStore::get_into_parts(keys, bufs, sizes, first);
+        read_done();
+        return r;
+    }
+    mcs::HeldValues get_buffers(const mcs::StrVec &keys) override {
+        auto r = MemStore::get_buffers(keys);
+        read_done();
+        return r;
+    }
+    void read_done() {
+        if (!after_read) return;
+        auto fn = std::move(after_read);
+        after_read = nullptr;
+        fn();
+    }
     std::vector<std::vector<std::vector<int64_t>>> get_into_ranges(
         const std::vector<void *> &bufs, const std::vector<mcs::StrVec> &keys,
         const std::vector<std::vector<std::vector<size_t>>> &dst,
@@ -222,14 +248,14 @@ void test_a_read_that_verifies_on_a_retry_is_returned() {
         good = f.store->data["k"];
         f.store->data["k"][10] ^= 1;  // torn: heals while the reader retries
     }
-    std::thread healer([&] {
-        std::this_thread::sleep_for(2ms);
+    // Healed right after the first read (which saw it torn) returns, whatever the timing:
+    // the re-read finds it whole.
+    f.store->after_read = [&] {
         std::lock_guard<std::mutex> lk(f.store->mu);
         f.store->data["k"] = good;
-    });
+    };
     std::string got;
     int64_t r = f.get("k", got, v.size());
-    healer.join();
     CHECK(r == int64_t(v.size()));
     CHECK(got == v);
     CHECK(f.counters->retried >= 1);

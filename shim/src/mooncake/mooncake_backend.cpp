@@ -313,6 +313,7 @@ public:
             r = g_sym.batch_get(client_.get(), keys, bufs, sizes);
         // One key: the endpoint chosen is that key's (of a batch, not known per key).
         if (keys.size() == 1 && r.size() == 1 && r[0] == kTransferFail) mark_suspect(rec.endpoint);
+        if (!rec.alternatives) return r;  // no key read here had a replica to go on to
         for (size_t i = 0; i < r.size() && i < keys.size(); i++)
             if (r[i] == kTransferFail) r[i] = reread(keys[i], bufs[i], sizes[i]);
         return r;
@@ -320,7 +321,10 @@ public:
     // A read whose transfer failed, tried again through Mooncake's batch read
     // (whose replica choice comes to replica_choice.cpp): the endpoint that
     // failed it is marked suspect and the next try takes another replica, up
-    // to 3 tries.  Without the interposition, the read's code as it was.
+    // to 3 tries, and only while the key has a replica on another endpoint (a
+    // key's only replica is not read again: each try would wait out Mooncake's
+    // transfer timeout once more).  Without the interposition, the read's code
+    // as it was.
     int64_t reread(const std::string &key, void *buf, size_t size) {
         if (!replica_failover_) return kTransferFail;
         int64_t r = kTransferFail;
@@ -332,6 +336,7 @@ public:
             if (r == kTransferFail) {
                 if (rec.endpoint.empty()) break;  // not chosen here: nothing to avoid
                 mark_suspect(rec.endpoint);
+                if (!rec.alternatives) break;  // its only replica: another try fails alike
             }
         }
         count_retry(r >= 0 && moved);
@@ -419,8 +424,11 @@ public:
     }
     int64_t get_one(const std::string &key, void *buf, size_t size) override {
         if (!single_get_ || any_suspects()) return get_into(StrVec{key}, {buf}, {size}).at(0);
+        ChoiceRecorder rec;
         int64_t r = g_sym.get_into(client_.get(), key, buf, size);
-        return r == kTransferFail ? reread(key, buf, size) : r;
+        if (r != kTransferFail) return r;
+        mark_suspect(rec.endpoint);
+        return rec.alternatives ? reread(key, buf, size) : r;
     }
     int64_t remove_one(const std::string &key, bool force) override {
         return g_sym.remove_one(client_.get(), key, force);

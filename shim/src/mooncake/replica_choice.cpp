@@ -109,6 +109,14 @@ extern "C" const char *mcs_interposed_select_best(const mcs::RawVec *list, const
         return pick;
     g_choices.fetch_add(1, std::memory_order_relaxed);
     const std::string *ep = endpoint_of(pick);
+    if (rec && ep && !rec->alternatives) {
+        const size_t n = size_t(list->end - list->begin) / kDescSize;
+        for (size_t i = 0; i < n && !rec->alternatives; i++) {
+            const char *d = list->begin + i * kDescSize;
+            const std::string *e = d == pick ? nullptr : endpoint_of(d);
+            if (e && *e != *ep) rec->alternatives = true;
+        }
+    }
     if (ep && g_n_suspects.load() > 0) {
         const auto now = Clock::now();
         if (suspect(*ep, now)) {

@@ -40,6 +40,10 @@ struct ChoiceRecorder {
     ChoiceRecorder &operator=(const ChoiceRecorder &) = delete;
     std::string endpoint;
     bool moved = false;  // the choice was changed away from a suspect
+    // Some choice made here had a replica on another endpoint to go to: only then is a
+    // failed read worth trying again (a key's only replica would fail the same way, and
+    // each try waits out Mooncake's transfer timeout again).
+    bool alternatives = false;
     ChoiceRecorder *outer;
 };
 
