@@ -18,19 +18,24 @@ ms = pytest.importorskip("mooncake.store")
 
 
 @pytest.fixture(scope="module")
-def pair(cluster: LocalCluster) -> Iterator[dict[str, Any]]:
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    # A cluster of its own: the descriptors compared are of keys that must stay put between
+    # two reads, and a master under space pressure from another file's tests evicts objects.
+    cluster = LocalCluster(tmp_path_factory.mktemp("replica-desc"), "256 MB")
+    cluster.start()
     theirs, ours = ms.MooncakeDistributedStore(), MooncakeDistributedStore()
-    assert theirs.setup(*setup_args(cluster)) == 0
-    # The session cluster's master serves its admin API on a port of its own.
-    config = dict(zip(("local_hostname", "metadata_server"), setup_args(cluster)[:2]))
-    config.update(master_server_addr=cluster.master_addr, protocol="tcp",
-                  global_segment_size="0", admin_url=cluster.metrics_url)  # fmt: skip
-    assert ours.setup(config) == 0
     try:
+        assert theirs.setup(*setup_args(cluster)) == 0
+        # The master serves its admin API on a port of its own.
+        config = dict(zip(("local_hostname", "metadata_server"), setup_args(cluster)[:2]))
+        config.update(master_server_addr=cluster.master_addr, protocol="tcp",
+                      global_segment_size="0", admin_url=cluster.metrics_url)  # fmt: skip
+        assert ours.setup(config) == 0
         yield {"theirs": theirs, "ours": ours}
     finally:
         theirs.close()
         ours.close()
+        cluster.stop()
 
 
 def _facts(replicas: list[Any]) -> list[tuple[Any, ...]]:

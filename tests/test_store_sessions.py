@@ -22,9 +22,16 @@ H = N // 2
 
 
 @pytest.fixture(scope="module")
-def pair(cluster: LocalCluster) -> Iterator[dict[str, Any]]:
-    with stores(cluster) as made:
-        yield made
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    # A cluster of its own: the 1 TiB reservation below makes the master evict objects to
+    # make room, and on the session cluster it would evict other files' keys.
+    local = LocalCluster(tmp_path_factory.mktemp("sessions"), "256 MB")
+    local.start()
+    try:
+        with stores(local) as made:
+            yield made
+    finally:
+        local.stop()
 
 
 def _sources(n: int, base: int) -> list[Memory]:
