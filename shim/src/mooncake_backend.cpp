@@ -172,13 +172,13 @@ IntoRanges6 g_into_ranges6 = nullptr;
 struct SessionSymbols {
     std::vector<int> (*put_start)(RealClient *, const StrVec &, const SizeVec &,
                                   const ReplicateConfig &);
-    std::vector<int> (*put_ranges)(RealClient *, const StrVec &, const PtrVecs &,
-                                   const SizeVecs &, const SizeVecs &);
+    std::vector<int> (*put_ranges)(RealClient *, const StrVec &, const PtrVecs &, const SizeVecs &,
+                                   const SizeVecs &);
     std::vector<int> (*put_end)(RealClient *, const StrVec &);
     std::vector<int> (*put_revoke)(RealClient *, const StrVec &);
     std::vector<int> (*get_start)(RealClient *, const StrVec &);
-    std::vector<int> (*get_ranges)(RealClient *, const StrVec &, const PtrVecs &,
-                                   const SizeVecs &, const SizeVecs &);
+    std::vector<int> (*get_ranges)(RealClient *, const StrVec &, const PtrVecs &, const SizeVecs &,
+                                   const SizeVecs &);
     int (*get_end)(RealClient *, const StrVec &);
 };
 #define MCS_KEYS_ARG "ERKSt6vectorINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESaIS7_EE"
@@ -272,10 +272,22 @@ bool image_matches(const char *path, Layout layout, std::string &why) {
     return ok;
 }
 
+// The wheel's calls of one client class: RealClient's, or DummyClient's (a
+// client of a standalone client service).
+struct ClientCalls {
+    const Symbols *sym;
+    UpsertMulti upsert_multi;
+    IntoRanges5 into_ranges5;
+    IntoRanges6 into_ranges6;
+    bool session;  // RealClient's session API
+    const char *name;
+};
+
 class MooncakeBackend final : public Backend {
 public:
-    MooncakeBackend(std::shared_ptr<RealClient> client, bool ha, bool segment)
-        : client_(std::move(client)), ha_(ha), segment_(segment) {}
+    MooncakeBackend(std::shared_ptr<RealClient> client, bool ha, bool segment,
+                    const ClientCalls &calls)
+        : client_(std::move(client)), ha_(ha), segment_(segment), sym_(calls.sym), calls_(calls) {}
     ~MooncakeBackend() override {
         if (leak_) {
             // The process is about to _exit: destroying RealClient would run the
@@ -289,14 +301,14 @@ public:
     // Single keys take Mooncake's single-key calls: one RPC without the
     // batch bookkeeping (measurably faster for the small-operation path).
     std::vector<int> exists(const StrVec &keys) override {
-        if (keys.size() == 1) return {g_sym.is_exist(client_.get(), keys[0])};
-        return g_sym.batch_exists(client_.get(), keys);
+        if (keys.size() == 1) return {sym_->is_exist(client_.get(), keys[0])};
+        return sym_->batch_exists(client_.get(), keys);
     }
     std::vector<int64_t> get_into(const StrVec &keys, const PtrVec &bufs,
                                   const SizeVec &sizes) override {
         if (keys.size() == 1 && single_get_)
-            return {g_sym.get_into(client_.get(), keys[0], bufs[0], sizes[0])};
-        return g_sym.batch_get(client_.get(), keys, bufs, sizes);
+            return {sym_->get_into(client_.get(), keys[0], bufs[0], sizes[0])};
+        return sym_->batch_get(client_.get(), keys, bufs, sizes);
     }
     // Mooncake sizes and reads each value into its client's local buffer in
     // one round trip (a batch query, then the transfers).  A null handle
@@ -305,9 +317,9 @@ public:
     HeldValues get_buffers(const StrVec &keys) override {
         auto handles = std::make_shared<std::vector<HandlePtr>>();
         if (keys.size() == 1)
-            handles->push_back(g_sym.get_buffer(client_.get(), keys[0]));
+            handles->push_back(sym_->get_buffer(client_.get(), keys[0]));
         else
-            *handles = g_sym.batch_get_buffer(client_.get(), keys);
+            *handles = sym_->batch_get_buffer(client_.get(), keys);
         HeldValues out;
         const size_t n = handles->size();
         out.values.resize(n, nullptr);
@@ -316,8 +328,8 @@ public:
         for (size_t i = 0; i < n; i++) {
             const BufferHandle *h = (*handles)[i].get();
             if (!h) continue;
-            out.values[i] = g_sym.handle_ptr(h);
-            out.sizes[i] = int64_t(g_sym.handle_size(h));
+            out.values[i] = sym_->handle_ptr(h);
+            out.sizes[i] = int64_t(sym_->handle_size(h));
             any = true;
         }
         if (any) out.hold = std::move(handles);
@@ -333,11 +345,11 @@ public:
         with_replicate_config(g_layout, opts, group_ids, [&](const void *config) {
             auto &cfg = *static_cast<const ReplicateConfig *>(config);
             if (keys.size() == 1)  // Mooncake's single-key call: one RPC, no batch machinery
-                out = {upsert ? g_sym.upsert_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)
-                              : g_sym.put_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)};
+                out = {upsert ? sym_->upsert_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)
+                              : sym_->put_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)};
             else
-                out = upsert ? g_sym.batch_upsert(client_.get(), keys, bufs, sizes, cfg)
-                             : g_sym.batch_put(client_.get(), keys, bufs, sizes, cfg);
+                out = upsert ? sym_->batch_upsert(client_.get(), keys, bufs, sizes, cfg)
+                             : sym_->batch_put(client_.get(), keys, bufs, sizes, cfg);
         });
         return write_results(std::move(out));
     }
@@ -346,7 +358,7 @@ public:
         PtrVecs all_bufs;
         SizeVecs all_sizes;
         nest(bufs, sizes, first, all_bufs, all_sizes);
-        std::vector<int> r = g_sym.batch_get_multi(client_.get(), keys, all_bufs, all_sizes, false);
+        std::vector<int> r = sym_->batch_get_multi(client_.get(), keys, all_bufs, all_sizes, false);
         return std::vector<int64_t>(r.begin(), r.end());
     }
     std::vector<int> put_from_parts(const StrVec &keys, const PtrVec &bufs, const SizeVec &sizes,
@@ -358,101 +370,98 @@ public:
         std::vector<int> out;
         with_replicate_config(g_layout, opts, group_ids, [&](const void *config) {
             auto &cfg = *static_cast<const ReplicateConfig *>(config);
-            out = upsert ? g_upsert_multi(client_.get(), keys, all_bufs, all_sizes, cfg)
-                         : g_sym.batch_put_multi(client_.get(), keys, all_bufs, all_sizes, cfg);
+            out = upsert ? calls_.upsert_multi(client_.get(), keys, all_bufs, all_sizes, cfg)
+                         : sym_->batch_put_multi(client_.get(), keys, all_bufs, all_sizes, cfg);
         });
         return write_results(std::move(out));
     }
     void check_parts(int op) override {
-        if (op == MCS_OP_UPSERT && !g_upsert_multi)
+        if (op == MCS_OP_UPSERT && !calls_.upsert_multi)
             throw Error(MCS_E_UNSUPPORTED,
                         "upsert of multi-part values needs Mooncake 0.3.13 or later (the loaded "
                         "wheel, " +
                             g_version + ", has no batch_upsert_from_multi_buffers)");
     }
     int64_t exists_one(const std::string &key) override {
-        return g_sym.is_exist(client_.get(), key);
+        return sym_->is_exist(client_.get(), key);
     }
     int64_t get_one(const std::string &key, void *buf, size_t size) override {
-        return single_get_ ? g_sym.get_into(client_.get(), key, buf, size)
+        return single_get_ ? sym_->get_into(client_.get(), key, buf, size)
                            : Backend::get_one(key, buf, size);
     }
     int64_t remove_one(const std::string &key, bool force) override {
-        return g_sym.remove_one(client_.get(), key, force);
+        return sym_->remove_one(client_.get(), key, force);
     }
     int64_t put_one(const std::string &key, void *buf, size_t size, const ReplicaOptions &opts,
                     bool upsert) override {
         int r = MCS_E_INTERNAL;
         with_replicate_config(g_layout, opts, nullptr, [&](const void *config) {
             auto &cfg = *static_cast<const ReplicateConfig *>(config);
-            r = upsert ? g_sym.upsert_one(client_.get(), key, buf, size, cfg)
-                       : g_sym.put_one(client_.get(), key, buf, size, cfg);
+            r = upsert ? sym_->upsert_one(client_.get(), key, buf, size, cfg)
+                       : sym_->put_one(client_.get(), key, buf, size, cfg);
         });
         return r == kObjectNotFound ? kTransferFail : r;
     }
     std::vector<int> remove(const StrVec &keys, bool force) override {
-        if (keys.size() == 1) return {g_sym.remove_one(client_.get(), keys[0], force)};
-        return g_sym.batch_remove(client_.get(), keys, force);
+        if (keys.size() == 1) return {sym_->remove_one(client_.get(), keys[0], force)};
+        return sym_->batch_remove(client_.get(), keys, force);
     }
-    int64_t remove_all(bool force) override { return g_sym.remove_all(client_.get(), force); }
+    int64_t remove_all(bool force) override { return sym_->remove_all(client_.get(), force); }
     int64_t remove_by_regex(const std::string &pattern, bool force) override {
-        return g_sym.remove_by_regex(client_.get(), pattern, force);
+        return sym_->remove_by_regex(client_.get(), pattern, force);
     }
-    int health_check() override { return g_sym.health_check(client_.get()); }
-    int64_t size(const std::string &key) override { return g_sym.get_size(client_.get(), key); }
+    int health_check() override { return sym_->health_check(client_.get()); }
+    int64_t size(const std::string &key) override { return sym_->get_size(client_.get(), key); }
     int register_buffer(void *ptr, size_t size) override {
-        return g_sym.register_buffer(client_.get(), ptr, size);
+        return sym_->register_buffer(client_.get(), ptr, size);
     }
     int unregister_buffer(void *ptr) override {
-        return g_sym.unregister_buffer(client_.get(), ptr);
+        return sym_->unregister_buffer(client_.get(), ptr);
     }
     Ranges get_into_ranges(const PtrVec &bufs, const std::vector<StrVec> &keys, const SizeNest &dst,
                            const SizeNest &src, const SizeNest &sizes) override {
-        if (g_into_ranges6)
-            return g_into_ranges6(client_.get(), bufs, keys, dst, src, sizes, nullptr);
-        if (g_into_ranges5) return g_into_ranges5(client_.get(), bufs, keys, dst, src, sizes);
-        throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
-                                           ") has no RealClient::get_into_ranges");
+        if (calls_.into_ranges6)
+            return calls_.into_ranges6(client_.get(), bufs, keys, dst, src, sizes, nullptr);
+        if (calls_.into_ranges5)
+            return calls_.into_ranges5(client_.get(), bufs, keys, dst, src, sizes);
+        throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version + ") has no " +
+                                           calls_.name + "::get_into_ranges");
     }
     std::vector<int> session(const SessionCall &s) override {
-        if (!g_has_session)
+        if (!calls_.session)
             throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
                                                ") has no session API (batch_put_session_start "
                                                "and the rest come with Mooncake 0.3.13)");
         RealClient *rc = client_.get();
         switch (s.op) {
-        case MCS_SESSION_PUT_START: {
-            std::vector<int> out;
-            const StrVec *groups = s.replica.has_group_ids ? &s.replica.group_ids : nullptr;
-            with_replicate_config(g_layout, s.replica, groups, [&](const void *config) {
-                out = g_session.put_start(rc, s.keys, s.sizes,
-                                          *static_cast<const ReplicateConfig *>(config));
-            });
-            return out;
-        }
-        case MCS_SESSION_PUT_RANGES:
-            return g_session.put_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
-        case MCS_SESSION_PUT_END:
-            return g_session.put_end(rc, s.keys);
-        case MCS_SESSION_PUT_REVOKE:
-            return g_session.put_revoke(rc, s.keys);
-        case MCS_SESSION_GET_START:
-            return g_session.get_start(rc, s.keys);
-        case MCS_SESSION_GET_RANGES:
-            return g_session.get_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
-        default:
-            return {g_session.get_end(rc, s.keys)};
+            case MCS_SESSION_PUT_START: {
+                std::vector<int> out;
+                const StrVec *groups = s.replica.has_group_ids ? &s.replica.group_ids : nullptr;
+                with_replicate_config(g_layout, s.replica, groups, [&](const void *config) {
+                    out = g_session.put_start(rc, s.keys, s.sizes,
+                                              *static_cast<const ReplicateConfig *>(config));
+                });
+                return out;
+            }
+            case MCS_SESSION_PUT_RANGES:
+                return g_session.put_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
+            case MCS_SESSION_PUT_END: return g_session.put_end(rc, s.keys);
+            case MCS_SESSION_PUT_REVOKE: return g_session.put_revoke(rc, s.keys);
+            case MCS_SESSION_GET_START: return g_session.get_start(rc, s.keys);
+            case MCS_SESSION_GET_RANGES:
+                return g_session.get_ranges(rc, s.keys, s.bufs, s.range_sizes, s.offsets);
+            default: return {g_session.get_end(rc, s.keys)};
         }
     }
     void skip_teardown() override {
         torn_down_ = true;
         leak_ = true;
     }
-    std::string hostname() override { return g_sym.get_hostname(client_.get()); }
+    std::string hostname() override { return sym_->get_hostname(client_.get()); }
     void teardown() override {
         if (client_ && !torn_down_) {
             torn_down_ = true;
-            g_sym.teardown(client_.get());
+            sym_->teardown(client_.get());
         }
     }
     // An HA client's tearDownAll joins its leader monitor, which waits up to
@@ -474,7 +483,87 @@ private:
     bool torn_down_ = false;
     bool leak_ = false;
     bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
+    const Symbols *sym_;
+    ClientCalls calls_;
 };
+
+// ---------------------------------------------------------------------------
+// A client of a standalone client service (Mooncake's mooncake_client /
+// real_client_main): Mooncake's DummyClient, which forwards every call over
+// RPC to that process and shares memory with it through memfd segments of
+// the process-wide ShmHelper (sent over the service's IPC socket
+// @mooncake_client_<port>.sock).  Optional: all of these symbols, or none.
+
+// DummyClient has no factory in store.so (the binding inlines make_shared),
+// so the shim constructs one in memory of its own with the exported complete-
+// object constructor and destroys it with the complete-object destructor.
+// sizeof(DummyClient) is 608 bytes in 0.3.13.post1 (the binding allocates
+// 0x270 bytes for it and make_shared's 16-byte control block); the room given
+// is 100 times that, so a later layout that grows stays inside it.
+constexpr size_t kDummyRoom = 64 << 10;
+constexpr size_t kDummyAlign = 64;
+
+struct DummySymbols {
+    void (*construct)(void *);
+    void (*destroy)(void *);
+    int (*setup_dummy)(void *, size_t, size_t, const std::string &, const std::string &);
+    void *(*shm_instance)();
+    void *(*shm_allocate)(void *, size_t);
+    int (*shm_free)(void *, void *);
+};
+#define MCS_STR_ARG "RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+constexpr const char *kDummySymbols[] = {
+    "_ZN8mooncake11DummyClientC1Ev",
+    "_ZN8mooncake11DummyClientD1Ev",
+    "_ZN8mooncake11DummyClient11setup_dummyEmm" MCS_STR_ARG "S8_",
+    "_ZN8mooncake9ShmHelper11getInstanceEv",
+    "_ZN8mooncake9ShmHelper8allocateEm",
+    "_ZN8mooncake9ShmHelper4freeEPv",
+};
+#undef MCS_STR_ARG
+static_assert(sizeof(kDummySymbols) / sizeof(kDummySymbols[0]) ==
+                  sizeof(DummySymbols) / sizeof(void *),
+              "one name per dummy symbol");
+DummySymbols g_dsym{};
+Symbols g_dummy{};  // DummyClient's members of the same signatures as RealClient's
+UpsertMulti g_dummy_upsert_multi = nullptr;
+IntoRanges6 g_dummy_into_ranges6 = nullptr;
+bool g_has_dummy = false;
+
+// RealClient's member name -> DummyClient's (same arguments: the class name is
+// one component either way, so the mangled substitutions do not move).
+std::string as_dummy(const char *mangled) {
+    std::string m = mangled;
+    const std::string from = "10RealClient", to = "11DummyClient";
+    auto at = m.find(from);
+    return at == std::string::npos ? std::string() : m.replace(at, from.size(), to);
+}
+
+void resolve_dummy(void *h, const void *const *real) {
+    void *ptrs[sizeof(kSymbols) / sizeof(kSymbols[0])];
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) {
+        const std::string name = as_dummy(kSymbols[i].mangled);
+        if (name.empty()) {  // not a member: BufferHandle's, glog's flag
+            ptrs[i] = const_cast<void *>(real[i]);
+            continue;
+        }
+        // RealClient::create and setup_internal have no DummyClient twin: unused.
+        ptrs[i] = dlsym(h, name.c_str());
+        if (!ptrs[i] && name.find("6create") == std::string::npos &&
+            name.find("setup_internal") == std::string::npos)
+            return;
+    }
+    void *extra[sizeof(kDummySymbols) / sizeof(kDummySymbols[0])];
+    for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+        extra[i] = dlsym(h, kDummySymbols[i]);
+        if (!extra[i]) return;
+    }
+    std::memcpy(&g_dummy, ptrs, sizeof ptrs);
+    std::memcpy(&g_dsym, extra, sizeof extra);
+    g_dummy_upsert_multi = reinterpret_cast<UpsertMulti>(dlsym(h, as_dummy(kUpsertMulti).c_str()));
+    g_dummy_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, as_dummy(kIntoRanges6).c_str()));
+    g_has_dummy = true;
+}
 
 }  // namespace
 
@@ -521,6 +610,7 @@ int load_mooncake(const char *path, const char *version, std::string &msg) {
     g_into_ranges5 = reinterpret_cast<IntoRanges5>(dlsym(h, kIntoRanges5));  // optional
     g_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, kIntoRanges6));  // optional
     resolve_session(h);                                                      // optional
+    resolve_dummy(h, ptrs);                                                  // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
     return MCS_OK;
@@ -565,7 +655,78 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
         throw Error(code, "Mooncake setup failed: " + describe(code));
     }
     const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
-    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg));
+    const ClientCalls calls{&g_sym,         g_upsert_multi, g_into_ranges5,
+                            g_into_ranges6, g_has_session,  "RealClient"};
+    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg), calls);
+}
+
+std::unique_ptr<Backend> make_dummy_backend(size_t mem_pool_size, size_t local_buffer_size,
+                                            const std::string &server_address,
+                                            int probe_timeout_ms) {
+    if (!g_loaded.load())
+        throw Error(MCS_E_NOT_LOADED, "Mooncake is not loaded: call mcs_load() first");
+    if (!g_has_dummy)
+        throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
+                                           ") has no DummyClient (a client of a standalone "
+                                           "client service)");
+    const int port = prepare_client_service(server_address, probe_timeout_ms);
+    *g_sym.minloglevel = g_log_level;
+    void *room = std::aligned_alloc(kDummyAlign, kDummyRoom);
+    if (!room) throw Error(MCS_E_NOMEM, "no memory for a DummyClient");
+    std::memset(room, 0, kDummyRoom);
+    try {
+        g_dsym.construct(room);
+    } catch (...) {
+        std::free(room);
+        throw;
+    }
+    // The opaque RealClient type stands for the DummyClient here: the shim
+    // never looks inside either, it only passes the address to the wheel's
+    // DummyClient members (g_dummy).
+    std::shared_ptr<RealClient> client(static_cast<RealClient *>(room), [](RealClient *p) {
+        g_dsym.destroy(p);
+        std::free(p);
+    });
+    // Mooncake's binding names the service's IPC socket after its RPC port.
+    const std::string ipc = "@mooncake_client_" + std::to_string(port) + ".sock";
+    const int rc =
+        g_dsym.setup_dummy(client.get(), mem_pool_size, local_buffer_size, server_address, ipc);
+    *g_sym.minloglevel = g_log_level;
+    if (rc != 0)
+        throw Error(MCS_E_UNREACHABLE, "Mooncake's DummyClient::setup_dummy failed (" +
+                                           std::to_string(rc) + ") against the client service " +
+                                           server_address + " (IPC socket " + ipc +
+                                           "): is it Mooncake's mooncake_client, and running?");
+    const ClientCalls calls{&g_dummy, g_dummy_upsert_multi, nullptr, g_dummy_into_ranges6,
+                            false,    "DummyClient"};
+    return std::make_unique<MooncakeBackend>(std::move(client), false, false, calls);
+}
+
+void *shm_alloc(size_t size) {
+    if (!g_loaded.load())
+        throw Error(MCS_E_NOT_LOADED, "Mooncake is not loaded: call mcs_load() first");
+    if (!g_has_dummy)
+        throw Error(MCS_E_UNSUPPORTED,
+                    "the loaded Mooncake wheel (" + g_version + ") has no ShmHelper");
+    if (size == 0) throw Error(MCS_E_INVALID_ARG, "size is 0");
+    void *p = nullptr;
+    try {
+        p = g_dsym.shm_allocate(g_dsym.shm_instance(), size);
+    } catch (const std::exception &e) {
+        throw Error(MCS_E_NOMEM, std::string("ShmHelper::allocate(") + std::to_string(size) +
+                                     ") failed: " + e.what());
+    }
+    if (!p) throw Error(MCS_E_NOMEM, "ShmHelper::allocate(" + std::to_string(size) + ") failed");
+    return p;
+}
+
+bool shm_free(void *ptr) {
+    if (!g_loaded.load())
+        throw Error(MCS_E_NOT_LOADED, "Mooncake is not loaded: call mcs_load() first");
+    if (!g_has_dummy)
+        throw Error(MCS_E_UNSUPPORTED,
+                    "the loaded Mooncake wheel (" + g_version + ") has no ShmHelper");
+    return g_dsym.shm_free(g_dsym.shm_instance(), ptr) == 0;
 }
 
 }  // namespace mcs
