@@ -21,6 +21,7 @@ __all__ = [
     "OPS",
     "OP_CODES",
     "OP_LANE",
+    "SESSION_OPS",
     "PUT_EXISTED",
     "RETRYABLE",
     "SHIM_BASE",
@@ -285,6 +286,29 @@ LANE_OPS: dict[str, tuple[str, ...]] = {
 }
 #: The lane of each operation.
 OP_LANE: dict[str, str] = {op: lane for lane, ops in LANE_OPS.items() for op in ops}
+
+#: Mooncake's session calls, in the shim's order (``enum mcs_session_op``: the index is the
+#: code): batch_put_session_start, batch_put_from_multi_buffer_ranges,
+#: batch_put_session_end, batch_put_session_revoke, batch_get_session_start,
+#: batch_get_into_multi_buffer_ranges, batch_get_session_end.
+SESSION_OPS: tuple[str, ...] = (
+    "put_start",
+    "put_ranges",
+    "put_end",
+    "put_revoke",
+    "get_start",
+    "get_ranges",
+    "get_end",
+)
+(
+    SESSION_PUT_START,
+    SESSION_PUT_RANGES,
+    SESSION_PUT_END,
+    SESSION_PUT_REVOKE,
+    SESSION_GET_START,
+    SESSION_GET_RANGES,
+    SESSION_GET_END,
+) = range(len(SESSION_OPS))
 
 #: ``enum mcs_flags``: REMOVE ignores the read lease.
 FLAG_FORCE = 1

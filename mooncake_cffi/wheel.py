@@ -385,7 +385,7 @@ def adapt_setup_config(setup: Mapping[str, str], wheel: Wheel | None = None) -> 
     Before 0.3.12, setup reads ``"32 MB"`` as 32 (the leading digits): sizes with units
     become bytes.  Those wheels also refuse ``global_segment_size`` 0; the shim sets such a
     client up through the overload they forward to, which skips the mount (see
-    ``shim/src/mooncake_backend.cpp``), so ``"0"`` is kept as ``"0"``.
+    ``shim/src/mooncake/mooncake_backend.cpp``), so ``"0"`` is kept as ``"0"``.
     """
     wheel = wheel or detect()
     out = dict(setup)

@@ -49,7 +49,7 @@ step() {
 
 lint() {
     ruff check . && ruff format --check . && mypy &&
-        clang-format --dry-run --Werror shim/mcs.h shim/src/*.cpp shim/src/*.hpp \
+        clang-format --dry-run --Werror shim/mcs.h shim/src/*/*.cpp shim/src/*/*.hpp \
             shim/tests/*.cpp shim/tests/*.hpp shim/bench/*.cpp mooncake_cffi/cluster/*.cpp
 }
 step "lint (ruff check, ruff format --check, mypy, clang-format)" lint

@@ -356,13 +356,13 @@ struct mcs_session {
     uint64_t n;           /* keys */
     const char *key_data;
     uint64_t key_bytes;
-    const uint64_t *sizes;                      /* PUT_START: n object sizes */
-    const struct mcs_replica_options *replica;  /* PUT_START, or NULL */
-    const uint64_t *ranges_per_key;             /* *_RANGES: n counts */
-    void *const *bufs;                          /* *_RANGES: one per range */
-    const uint64_t *range_sizes;                /* *_RANGES: one per range */
-    const uint64_t *offsets;                    /* *_RANGES: one per range, into the object */
-    int64_t *results;                           /* out */
+    const uint64_t *sizes;                     /* PUT_START: n object sizes */
+    const struct mcs_replica_options *replica; /* PUT_START, or NULL */
+    const uint64_t *ranges_per_key;            /* *_RANGES: n counts */
+    void *const *bufs;                         /* *_RANGES: one per range */
+    const uint64_t *range_sizes;               /* *_RANGES: one per range */
+    const uint64_t *offsets;                   /* *_RANGES: one per range, into the object */
+    int64_t *results;                          /* out */
 };
 
 /* One finished batch, as returned by mcs_client_drain(). */
@@ -440,20 +440,25 @@ typedef struct mcs_client mcs_client;
 
 /* MCS_VERSION_MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. */
 MCS_API int mcs_version(void);
+
 /* "MAJOR.MINOR.PATCH", static storage. */
 MCS_API const char *mcs_version_string(void);
+
 /* MCS_ABI_VERSION of the loaded library. */
 MCS_API int mcs_abi_version(void);
+
 /* Symbolic name of any status code: "OK", "OBJECT_HAS_LEASE",
  * "MCS_E_CLOSED", or "UNKNOWN_ERROR".  Static storage, never NULL. */
 MCS_API const char *mcs_error_name(int code);
+
 /* A one-line description of any status code.  Static, never NULL. */
 MCS_API const char *mcs_strerror(int code);
+
 /* The message of the last failed call on this thread.  Valid until the next
  * call on this thread; never NULL. */
 MCS_API const char *mcs_last_error(void);
 
-/* --- loading Mooncake (process-wide) --- */
+/* --- the process: loading Mooncake, its log level, background teardowns --- */
 
 /* dlopen()s Mooncake's store.so at `store_so_path` and resolves every symbol
  * the shim uses, naming any that is missing.  `mooncake_version` is the
@@ -473,23 +478,28 @@ MCS_API const char *mcs_last_error(void);
  * mcs_replica_layout().  Idempotent: later calls with any arguments return 0
  * once loaded.  Silences Mooncake's logging (level 3). */
 MCS_API int mcs_load(const char *store_so_path, const char *mooncake_version);
+
 /* 1 if mcs_load() has succeeded, else 0. */
 MCS_API int mcs_loaded(void);
+
 /* The ReplicateConfig layout in use, named by the first wheel that has it
  * ("0.3.10", "0.3.11", "0.3.12", "0.3.13"), "unknown" when writes are refused,
  * or "" before mcs_load().  Static storage, never NULL. */
 MCS_API const char *mcs_replica_layout(void);
 
-/* --- replica options --- */
-
-/* Sets *opts to Mooncake's defaults (replica_num 1, everything else 0 / empty)
- * and opts->struct_size to sizeof(struct mcs_replica_options). */
-MCS_API int mcs_replica_options_init(struct mcs_replica_options *opts);
 /* Mooncake's glog threshold: 0 INFO, 1 WARNING, 2 ERROR, 3 silent (FATAL
  * only).  Process-wide. */
 MCS_API int mcs_set_log_level(int level);
 
-/* --- clients --- */
+/* Teardowns that mcs_client_close() left running in the background (see
+ * there), of every client of the process: how many (>= 0).  Thread-safe. */
+MCS_API int mcs_teardowns_pending(void);
+
+/* Waits until no background teardown runs (0) or timeout_ms passes
+ * (MCS_E_TIMEOUT; -1 waits forever). */
+MCS_API int mcs_teardowns_wait(int timeout_ms);
+
+/* --- a client's life --- */
 
 /* Creates a client and sets it up: the `n` key/value strings are handed to
  * Mooncake's setup unchanged.  `lanes` may be NULL for defaults.  Before the
@@ -620,14 +630,6 @@ MCS_API int mcs_shm_free(void *ptr);
  * may still use it. */
 MCS_API int mcs_client_close(mcs_client *c);
 
-/* Teardowns that mcs_client_close() left running in the background (see
- * there), of every client of the process: how many (>= 0).  Thread-safe. */
-MCS_API int mcs_teardowns_pending(void);
-
-/* Waits until no background teardown runs (0) or timeout_ms passes
- * (MCS_E_TIMEOUT; -1 waits forever). */
-MCS_API int mcs_teardowns_wait(int timeout_ms);
-
 /* For a process that is about to _exit(): like mcs_client_close() (accepted
  * work finishes, workers are joined, L1 is unregistered) but Mooncake's own
  * teardown, which takes 0.3-1 s, is skipped.  The master forgets the client
@@ -636,13 +638,19 @@ MCS_API int mcs_teardowns_wait(int timeout_ms);
  * use Mooncake again.  Idempotent with mcs_client_close(). */
 MCS_API int mcs_client_close_for_exit(mcs_client *c);
 
+/* Closes if needed, then releases the client and its eventfd.  NULL or an
+ * already-freed handle is a no-op.  The handle is invalid afterwards. */
+MCS_API void mcs_client_free(mcs_client *c);
+
 /* The name this client registered with the cluster ("host:port", the port
  * chosen by Mooncake's setup), NUL-terminated, into buf[0..cap). */
 MCS_API int mcs_client_hostname(mcs_client *c, char *buf, size_t cap);
 
-/* Closes if needed, then releases the client and its eventfd.  NULL or an
- * already-freed handle is a no-op.  The handle is invalid afterwards. */
-MCS_API void mcs_client_free(mcs_client *c);
+/* --- replica options (how writes are stored) --- */
+
+/* Sets *opts to Mooncake's defaults (replica_num 1, everything else 0 / empty)
+ * and opts->struct_size to sizeof(struct mcs_replica_options). */
+MCS_API int mcs_replica_options_init(struct mcs_replica_options *opts);
 
 /* The replica options PUT / UPSERT batches use when theirs is NULL (copied;
  * NULL restores Mooncake's defaults, which a new client starts with).
@@ -651,73 +659,7 @@ MCS_API void mcs_client_free(mcs_client *c);
  * batch and refused here. */
 MCS_API int mcs_client_set_replica_options(mcs_client *c, const struct mcs_replica_options *opts);
 
-/* The completion eventfd: non-blocking, close-on-exec, readable while
- * completions wait to be drained.  Owned by the client; do not close it. */
-MCS_API int mcs_client_fd(mcs_client *c, int *fd_out);
-
-/* --- L1 memory --- */
-
-/* Registers [ptr, ptr+size) with Mooncake in blocks of at most `max_block`
- * bytes (0: $MC_MAX_MR_SIZE, else 1 TiB), in order; if one fails, the ones
- * already registered are unregistered newest first and the error returned.
- * While registered, every transfer buffer must lie inside one block, else
- * its batch fails with MCS_E_OUTSIDE_L1.  One region per client. */
-MCS_API int mcs_client_register_l1(mcs_client *c, void *ptr, uint64_t size, uint64_t max_block);
-/* Unregisters the L1 region (newest block first).  0 if none. */
-MCS_API int mcs_client_unregister_l1(mcs_client *c);
-/* Number of registered L1 blocks (0 when none) into *blocks_out. */
-MCS_API int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out);
-
-/* --- registered memory (Mooncake's register_buffer) --- */
-
-/* Registers [ptr, ptr+size) with Mooncake as it is (Mooncake's own
- * register_buffer): for RDMA transfers into or out of it, and for
- * mcs_client_get_into_ranges(), which reads only into registered memory.
- * Several regions may be registered; unlike L1, a registered region does not
- * restrict where other transfer buffers may lie.  Mooncake's code passes
- * through: 0, or -600 (INVALID_PARAMS) for NULL, a size of 0, or a region
- * registered already.  The caller keeps the memory alive until it is
- * unregistered or the client is closed (closing unregisters nothing itself:
- * Mooncake's teardown drops its registrations). */
-MCS_API int mcs_client_register_buffer(mcs_client *c, void *ptr, uint64_t size);
-/* Unregisters a region registered with mcs_client_register_buffer() at ptr:
- * 0, or Mooncake's -600 for an address it does not know. */
-MCS_API int mcs_client_unregister_buffer(mcs_client *c, void *ptr);
-
-/* Reads byte ranges of values into registered buffers (see struct
- * mcs_ranges), one Mooncake call on the calling thread.  0 when it ran, each
- * range's outcome in ranges->results: its size in bytes, or Mooncake's code
- * (-704 a missing key; -600 a range outside its value or its buffer's
- * registered region, a buffer not registered or NULL; -800 a transfer that
- * failed).  A negative return when it did not run: MCS_E_INVALID_ARG for
- * NULL arrays with non-zero counts, counts that do not add up or keys that
- * overrun key_bytes, an empty key; MCS_E_UNSUPPORTED when the loaded wheel
- * has no get_into_ranges; MCS_E_CLOSED.  Counted in the GET operation's
- * statistics (one call; its keys; the bytes read). */
-MCS_API int mcs_client_get_into_ranges(mcs_client *c, const struct mcs_ranges *ranges);
-
-/* Runs one call of Mooncake's session API (struct mcs_session) on the
- * calling thread: 0 when it ran, Mooncake's answers in session->results
- * (0 or bytes moved per key, or Mooncake's code).  A negative return when it
- * did not run: MCS_E_INVALID_ARG for an unknown op, NULL arrays with non-zero
- * counts or keys that overrun key_bytes; MCS_E_UNSUPPORTED when the loaded
- * wheel has no session API (before 0.3.13) or for replica options it cannot
- * honour; MCS_E_CLOSED. */
-MCS_API int mcs_client_session(mcs_client *c, const struct mcs_session *session);
-
-/* --- batches --- */
-
-/* Queues `batch` on its operation's lane and returns at once with its id in
- * *id_out.  The batch's keys, sizes and replica options are copied; its
- * bufs, results and values must stay valid until its completion is drained.
- * Refused (nothing queued, no completion): MCS_E_INVALID_ARG for n == 0, bad
- * offsets, an empty key or one with a NUL byte, a NULL or zero-sized
- * buffer, missing or unexpected arrays, malformed replica options (or
- * group_ids not one per key); MCS_E_UNSUPPORTED for a replica field the
- * loaded wheel lacks; MCS_E_DUPLICATE_KEY for a key twice; MCS_E_OUTSIDE_L1;
- * MCS_E_QUEUE_FULL; MCS_E_CLOSED.  Exactly one completion is posted per
- * accepted batch. */
-MCS_API int mcs_client_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
+/* --- calls that block the calling thread until they ran --- */
 
 /* Runs `batch` and waits for it: 0 when it ran (each key's outcome in its
  * results; no completion is posted), or a negative code when it was refused
@@ -747,13 +689,26 @@ MCS_API int mcs_client_run_one(mcs_client *c, int64_t *result_out, int op, int f
 MCS_API int mcs_client_run_keys(mcs_client *c, int64_t *results, int op, int flags,
                                 const char *key_data, uint64_t key_bytes, uint64_t n);
 
-/* Releases what Mooncake holds for the values of GET_BUFFER batch `id`
- * (its values[] pointers become invalid).  Unknown ids are ignored (0).
- * Until released, the values occupy Mooncake's local buffer
- * (local_buffer_size).  mcs_client_close() releases everything. */
-MCS_API int mcs_client_release(mcs_client *c, uint64_t id);
+/* Reads byte ranges of values into registered buffers (see struct
+ * mcs_ranges), one Mooncake call on the calling thread.  0 when it ran, each
+ * range's outcome in ranges->results: its size in bytes, or Mooncake's code
+ * (-704 a missing key; -600 a range outside its value or its buffer's
+ * registered region, a buffer not registered or NULL; -800 a transfer that
+ * failed).  A negative return when it did not run: MCS_E_INVALID_ARG for
+ * NULL arrays with non-zero counts, counts that do not add up or keys that
+ * overrun key_bytes, an empty key; MCS_E_UNSUPPORTED when the loaded wheel
+ * has no get_into_ranges; MCS_E_CLOSED.  Counted in the GET operation's
+ * statistics (one call; its keys; the bytes read). */
+MCS_API int mcs_client_get_into_ranges(mcs_client *c, const struct mcs_ranges *ranges);
 
-/* --- cluster-wide operations (block the calling thread) --- */
+/* Runs one call of Mooncake's session API (struct mcs_session) on the
+ * calling thread: 0 when it ran, Mooncake's answers in session->results
+ * (0 or bytes moved per key, or Mooncake's code).  A negative return when it
+ * did not run: MCS_E_INVALID_ARG for an unknown op, NULL arrays with non-zero
+ * counts or keys that overrun key_bytes; MCS_E_UNSUPPORTED when the loaded
+ * wheel has no session API (before 0.3.13) or for replica options it cannot
+ * honour; MCS_E_CLOSED. */
+MCS_API int mcs_client_session(mcs_client *c, const struct mcs_session *session);
 
 /* Removes every key of the cluster (Mooncake's removeAll; the whole cluster,
  * not only this client's keys).  force also removes keys under a read lease.
@@ -774,14 +729,23 @@ MCS_API int mcs_client_remove_by_regex(mcs_client *c, int64_t *removed_out, cons
  * master dies. */
 MCS_API int mcs_client_health_check(mcs_client *c, int *status_out);
 
-/* Copies the values of a finished GET_BUFFER batch back to back into
- * dst[0..cap): for i = 0..n-1 in order, the results[i] bytes at values[i]
- * of every key with results[i] >= 0 (others are skipped), so a caller can
- * cut one buffer into values with no per-key call.  *written_out gets the
- * bytes written.  MCS_E_INVALID_ARG if they would exceed cap.  Touches no
- * client: call it before mcs_client_release() of that batch. */
-MCS_API int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap, const void *const *values,
-                       const int64_t *results, uint64_t n);
+/* --- batches in the background and their completions (never block, but mcs_client_wait) --- */
+
+/* Queues `batch` on its operation's lane and returns at once with its id in
+ * *id_out.  The batch's keys, sizes and replica options are copied; its
+ * bufs, results and values must stay valid until its completion is drained.
+ * Refused (nothing queued, no completion): MCS_E_INVALID_ARG for n == 0, bad
+ * offsets, an empty key or one with a NUL byte, a NULL or zero-sized
+ * buffer, missing or unexpected arrays, malformed replica options (or
+ * group_ids not one per key); MCS_E_UNSUPPORTED for a replica field the
+ * loaded wheel lacks; MCS_E_DUPLICATE_KEY for a key twice; MCS_E_OUTSIDE_L1;
+ * MCS_E_QUEUE_FULL; MCS_E_CLOSED.  Exactly one completion is posted per
+ * accepted batch. */
+MCS_API int mcs_client_submit(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
+
+/* The completion eventfd: non-blocking, close-on-exec, readable while
+ * completions wait to be drained.  Owned by the client; do not close it. */
+MCS_API int mcs_client_fd(mcs_client *c, int *fd_out);
 
 /* Moves up to `cap` completions into `out`, oldest first, and returns how
  * many (>= 0); never blocks.  Versioned like the other structs, through the
@@ -797,6 +761,51 @@ MCS_API int mcs_client_drain(mcs_client *c, struct mcs_completion *out, size_t c
 /* Blocks until a completion is waiting or `timeout_ms` passes (-1 forever).
  * 0 when one is waiting, MCS_E_TIMEOUT otherwise. */
 MCS_API int mcs_client_wait(mcs_client *c, int timeout_ms);
+
+/* Releases what Mooncake holds for the values of GET_BUFFER batch `id`
+ * (its values[] pointers become invalid).  Unknown ids are ignored (0).
+ * Until released, the values occupy Mooncake's local buffer
+ * (local_buffer_size).  mcs_client_close() releases everything. */
+MCS_API int mcs_client_release(mcs_client *c, uint64_t id);
+
+/* Copies the values of a finished GET_BUFFER batch back to back into
+ * dst[0..cap): for i = 0..n-1 in order, the results[i] bytes at values[i]
+ * of every key with results[i] >= 0 (others are skipped), so a caller can
+ * cut one buffer into values with no per-key call.  *written_out gets the
+ * bytes written.  MCS_E_INVALID_ARG if they would exceed cap.  Touches no
+ * client: call it before mcs_client_release() of that batch. */
+MCS_API int mcs_gather(uint64_t *written_out, void *dst, uint64_t cap, const void *const *values,
+                       const int64_t *results, uint64_t n);
+
+/* --- memory: the L1 region, registered buffers --- */
+
+/* Registers [ptr, ptr+size) with Mooncake in blocks of at most `max_block`
+ * bytes (0: $MC_MAX_MR_SIZE, else 1 TiB), in order; if one fails, the ones
+ * already registered are unregistered newest first and the error returned.
+ * While registered, every transfer buffer must lie inside one block, else
+ * its batch fails with MCS_E_OUTSIDE_L1.  One region per client. */
+MCS_API int mcs_client_register_l1(mcs_client *c, void *ptr, uint64_t size, uint64_t max_block);
+
+/* Unregisters the L1 region (newest block first).  0 if none. */
+MCS_API int mcs_client_unregister_l1(mcs_client *c);
+
+/* Number of registered L1 blocks (0 when none) into *blocks_out. */
+MCS_API int mcs_client_l1_blocks(mcs_client *c, uint32_t *blocks_out);
+
+/* Registers [ptr, ptr+size) with Mooncake as it is (Mooncake's own
+ * register_buffer): for RDMA transfers into or out of it, and for
+ * mcs_client_get_into_ranges(), which reads only into registered memory.
+ * Several regions may be registered; unlike L1, a registered region does not
+ * restrict where other transfer buffers may lie.  Mooncake's code passes
+ * through: 0, or -600 (INVALID_PARAMS) for NULL, a size of 0, or a region
+ * registered already.  The caller keeps the memory alive until it is
+ * unregistered or the client is closed (closing unregisters nothing itself:
+ * Mooncake's teardown drops its registrations). */
+MCS_API int mcs_client_register_buffer(mcs_client *c, void *ptr, uint64_t size);
+
+/* Unregisters a region registered with mcs_client_register_buffer() at ptr:
+ * 0, or Mooncake's -600 for an address it does not know. */
+MCS_API int mcs_client_unregister_buffer(mcs_client *c, void *ptr);
 
 /* --- statistics --- */
 
@@ -822,6 +831,7 @@ MCS_API int mcs_client_integrity_stats(mcs_client *c, struct mcs_integrity_stats
  * code (MCS_E_UNSUPPORTED without a known layout). */
 MCS_API int mcs_debug_replica_compare(char *diff, size_t cap, const void *native,
                                       const struct mcs_replica_options *opts);
+
 /* Assigns the ReplicateConfig the shim builds from `opts` to `native` (as
  * above), so a test can ask Mooncake's own code what it reads there. */
 MCS_API int mcs_debug_replica_assign(void *native, const struct mcs_replica_options *opts);

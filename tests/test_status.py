@@ -27,12 +27,36 @@ def test_shim_codes_match_the_header_enum():
             assert code <= status.SHIM_BASE
 
 
+def test_operation_lane_and_session_codes_match_the_header_enums():
+    """status.py's op, lane, flag and session codes are the header's, both ways."""
+    for code, op in enumerate(status.OPS):
+        assert getattr(lib, f"MCS_OP_{op.upper()}") == code
+    for code, lane in enumerate(status.LANES):
+        assert getattr(lib, f"MCS_LANE_{lane.upper()}") == code
+    assert lib.MCS_LANE_COUNT == len(status.LANES)
+    for code, op in enumerate(status.SESSION_OPS):
+        assert getattr(lib, f"MCS_SESSION_{op.upper()}") == code
+    header = (REPO / "shim" / "mcs.h").read_text()
+    for prefix, names in (
+        ("MCS_OP_", status.OPS),
+        ("MCS_LANE_", (*status.LANES, "count")),
+        ("MCS_SESSION_", status.SESSION_OPS),
+    ):
+        declared = set(re.findall(rf"\b{prefix}([A-Z_]+) =", header))
+        assert declared == {n.upper() for n in names}, prefix
+    assert (lib.MCS_FLAG_FORCE, lib.MCS_FLAG_SKIP_EXISTING) == (
+        status.FLAG_FORCE,
+        status.FLAG_SKIP_EXISTING,
+    )
+    assert (lib.MCS_PUT_EXISTED, lib.MCS_GET_UNREAD) == (status.PUT_EXISTED, status.GET_UNREAD)
+
+
 _ENTRY = re.compile(r'\{\s*(-?\d+|MCS_\w+),\s*"([^"]+)",\s*"([^"]*)"\s*\}')
 
 
 def _shim_table() -> list[tuple[int, str, str]]:
     """The (code, name, text) entries of errors.cpp's table, as the shim compiles them."""
-    source = (REPO / "shim" / "src" / "errors.cpp").read_text()
+    source = (REPO / "shim" / "src" / "engine" / "errors.cpp").read_text()
     table = source[source.index("kCodes[] = {") : source.index("};", source.index("kCodes[]"))]
     entries = []
     for code, name, text in _ENTRY.findall(table):

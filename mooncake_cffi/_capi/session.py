@@ -2,7 +2,8 @@
 
 :func:`run_session` fills a ``struct mcs_session`` (its keys packed as for
 ``mcs_client_run_keys``; ``fill`` sets the op's arrays and returns what they point into) and
-makes the call; :mod:`mooncake_cffi.store.sessions` is its user.
+makes the call; :mod:`mooncake_cffi.store.sessions` is its user.  The op codes are
+:data:`mooncake_cffi.status.SESSION_OPS`'s.
 """
 
 from __future__ import annotations
@@ -10,21 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..status import SESSION_GET_END
 from .binding import ffi, lib
 
-__all__ = ["SESSION_OPS", "run_session"]
-
-#: enum mcs_session_op (mcs.h): PUT_START, PUT_RANGES, PUT_END, PUT_REVOKE, GET_START,
-#: GET_RANGES, GET_END.
-SESSION_OPS: tuple[int, int, int, int, int, int, int] = (
-    lib.MCS_SESSION_PUT_START,
-    lib.MCS_SESSION_PUT_RANGES,
-    lib.MCS_SESSION_PUT_END,
-    lib.MCS_SESSION_PUT_REVOKE,
-    lib.MCS_SESSION_GET_START,
-    lib.MCS_SESSION_GET_RANGES,
-    lib.MCS_SESSION_GET_END,
-)
+__all__ = ["run_session"]
 
 
 def run_session(
@@ -39,7 +29,7 @@ def run_session(
     data = ffi.from_buffer(packed_keys) if n else ffi.NULL
     s.key_data = data
     s.key_bytes = len(packed_keys) + 1 if n else 0
-    count = 1 if op == lib.MCS_SESSION_GET_END else n
+    count = 1 if op == SESSION_GET_END else n
     results = ffi.new("int64_t[]", max(count, 1))
     s.results = results
     keep = fill(s) if fill is not None else None

@@ -18,7 +18,14 @@ from typing import Any
 from .._capi.binding import ffi
 from .._capi.marshal import pack_keys
 from .._capi.replica_options import replica_options
-from .._capi.session import SESSION_OPS, run_session
+from .._capi.session import run_session
+from ..status import SESSION_GET_END as GET_END
+from ..status import SESSION_GET_RANGES as GET_RANGES
+from ..status import SESSION_GET_START as GET_START
+from ..status import SESSION_PUT_END as PUT_END
+from ..status import SESSION_PUT_RANGES as PUT_RANGES
+from ..status import SESSION_PUT_REVOKE as PUT_REVOKE
+from ..status import SESSION_PUT_START as PUT_START
 from .repair import code_of
 
 __all__ = [
@@ -35,8 +42,6 @@ __all__ = [
 ]
 
 INVALID_PARAMS = -600
-
-PUT_START, PUT_RANGES, PUT_END, PUT_REVOKE, GET_START, GET_RANGES, GET_END = SESSION_OPS
 
 
 def _key_list(keys: Any) -> list[str]:

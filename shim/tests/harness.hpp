@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "../src/internal.hpp"
+#include "../src/engine/engine.hpp"
 
 using namespace std::chrono_literals;
 

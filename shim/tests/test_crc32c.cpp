@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "../src/crc32c.hpp"
+#include "../src/engine/crc32c.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // in-memory store of harness.hpp: trailers written, sizes seen without them,
 // every read path verified, values without a trailer or damaged refused with
 // MCS_E_CORRUPT after re-reads.  Built with -Dshim_tests=true.
-#include "../src/integrity.hpp"
+#include "../src/engine/integrity.hpp"
 #include "harness.hpp"
 
 namespace {

@@ -66,7 +66,8 @@ void one_round(std::mt19937 &rng, const mcs_lanes &lanes, int n) {
     Round r;
     r.keys.reserve(size_t(n));
     r.results.resize(size_t(n));
-    for (int i = 0; i < n; i++) r.keys.emplace_back(std::vector<std::string>{"k" + std::to_string(i % 37)});
+    for (int i = 0; i < n; i++)
+        r.keys.emplace_back(std::vector<std::string>{"k" + std::to_string(i % 37)});
     static const int ops[] = {MCS_OP_EXISTS, MCS_OP_EXISTS, MCS_OP_EXISTS, MCS_OP_SIZE,
                               MCS_OP_GET,    MCS_OP_PUT,    MCS_OP_UPSERT, MCS_OP_REMOVE};
     const int close_after = int(rng() % uint32_t(n + 1));

@@ -2,7 +2,7 @@
 // teardowns left to the background (reaper.hpp), run against the in-memory
 // store of harness.hpp.  Built with -Dshim_tests=true, run under ASan+UBSan
 // and TSan by scripts/sanitize.sh.
-#include "../src/reaper.hpp"
+#include "../src/engine/reaper.hpp"
 #include "harness.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../mcs.h"
+#include "../../mcs.h"
 
 namespace mcs {
 

@@ -2,6 +2,8 @@
 // store.so without headers, through dlsym'd member functions called with
 // `this` as their first argument (x86-64 Itanium ABI; a by-value class return
 // travels through the hidden pointer before `this`, as for a free function).
+#include "mooncake_backend.hpp"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,10 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "internal.hpp"
+#include "../engine/engine.hpp"
+#include "../engine/replica.hpp"
 #include "legacy_setup.hpp"
 #include "probe.hpp"
-#include "replica.hpp"
 
 namespace mooncake {
 // Opaque: reached only through its exported ptr() / size() and destroyed

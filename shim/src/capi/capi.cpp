@@ -12,7 +12,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "reaper.hpp"
+#include "../engine/reaper.hpp"
 
 namespace {
 

@@ -6,7 +6,8 @@
 #include <cctype>
 #include <memory>
 
-#include "internal.hpp"
+#include "../engine/engine.hpp"
+#include "mooncake_backend.hpp"
 
 namespace mcs {
 namespace {

@@ -16,7 +16,8 @@
 #include <mutex>
 #include <vector>
 
-#include "internal.hpp"
+#include "../engine/engine.hpp"
+#include "mooncake_backend.hpp"
 
 namespace mcs {
 namespace {

@@ -8,8 +8,9 @@
 #include <memory>
 #include <string>
 
-#include "integrity.hpp"
-#include "internal.hpp"
+#include "../engine/engine.hpp"
+#include "../engine/integrity.hpp"
+#include "../mooncake/mooncake_backend.hpp"
 
 // A live client: the engine plus a reference count so a handle freed on one
 // thread while another is inside a call stays valid until that call returns.

@@ -1,18 +1,16 @@
-// Internal declarations of the shim: the backend interface, lanes, L1 and
-// the engine, plus the Mooncake backend's entry points.  Nothing here is
-// exported; the C ABI lives in capi.cpp and the Mooncake backend in
-// mooncake_backend.cpp.
+// The Mooncake-facing backend's entry points, for the C glue: loading
+// Mooncake's store.so, and the Backend (engine/backend.hpp) over one of its
+// RealClients.  Everything Mooncake-specific stays behind these in this folder.
 #pragma once
 
-#include "backend.hpp"
-#include "engine.hpp"
-#include "l1.hpp"
-#include "lane.hpp"
-#include "replica.hpp"
+#include <memory>
+#include <string>
+
+#include "../engine/backend.hpp"
+#include "../engine/replica.hpp"
 
 namespace mcs {
 
-// The Mooncake backend (mooncake_backend.cpp).
 int load_mooncake(const char *path, const char *version, std::string &msg);
 bool mooncake_loaded();
 int set_log_level(int level);

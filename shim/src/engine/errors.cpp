@@ -1,6 +1,6 @@
 // Names and one-line descriptions of every status code the shim returns:
 // Mooncake's ErrorCode values (passed through unchanged) and the shim's own.
-#include "internal.hpp"
+#include "engine.hpp"
 
 namespace mcs {
 namespace {
