@@ -583,20 +583,6 @@ MCS_API int mcs_client_create_dummy(mcs_client **out, uint64_t mem_pool_size,
                                     uint64_t local_buffer_size, const char *server_address,
                                     const struct mcs_lanes *lanes, int probe_timeout_ms);
 
-/* Mooncake's process-wide shared-memory allocator (store.so's ShmHelper, what
- * Mooncake's MooncakeHostMemAllocator and DummyClient::alloc_from_mem_pool
- * use): `size` bytes of a new memfd-backed segment, mapped shared, its start
- * in *ptr_out (NULL on failure).  Needs mcs_load(); no client is needed.
- * Returns MCS_E_INVALID_ARG for a NULL ptr_out or size 0, MCS_E_NOMEM when
- * Mooncake cannot create or map the segment, MCS_E_UNSUPPORTED when the
- * loaded wheel has none, MCS_E_NOT_LOADED. */
-MCS_API int mcs_shm_alloc(void **ptr_out, uint64_t size);
-
-/* Unmaps and closes a segment from mcs_shm_alloc: `ptr` must be its start
- * (else MCS_E_INVALID_ARG, and nothing is freed).  A segment still
- * registered with a client's service must be unregistered first. */
-MCS_API int mcs_shm_free(void *ptr);
-
 /* Stops accepting calls, lets accepted batches and calls in other threads
  * finish, joins the workers, releases held values, unregisters L1 and tears
  * Mooncake down.  Idempotent: later calls return 0.  Completions of finished
@@ -806,6 +792,20 @@ MCS_API int mcs_client_register_buffer(mcs_client *c, void *ptr, uint64_t size);
 /* Unregisters a region registered with mcs_client_register_buffer() at ptr:
  * 0, or Mooncake's -600 for an address it does not know. */
 MCS_API int mcs_client_unregister_buffer(mcs_client *c, void *ptr);
+
+/* Mooncake's process-wide shared-memory allocator (store.so's ShmHelper, what
+ * Mooncake's MooncakeHostMemAllocator and DummyClient::alloc_from_mem_pool
+ * use): `size` bytes of a new memfd-backed segment, mapped shared, its start
+ * in *ptr_out (NULL on failure).  Needs mcs_load(); no client is needed.
+ * Returns MCS_E_INVALID_ARG for a NULL ptr_out or size 0, MCS_E_NOMEM when
+ * Mooncake cannot create or map the segment, MCS_E_UNSUPPORTED when the
+ * loaded wheel has none, MCS_E_NOT_LOADED. */
+MCS_API int mcs_shm_alloc(void **ptr_out, uint64_t size);
+
+/* Unmaps and closes a segment from mcs_shm_alloc: `ptr` must be its start
+ * (else MCS_E_INVALID_ARG, and nothing is freed).  A segment still
+ * registered with a client's service must be unregistered first. */
+MCS_API int mcs_shm_free(void *ptr);
 
 /* --- statistics --- */
 

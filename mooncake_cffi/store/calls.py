@@ -360,10 +360,9 @@ class StoreCalls:
         except MooncakeError:
             return [NO_AVAILABLE_HANDLE] * len(keys)
         try:
-            area = (ctypes.c_char * total).from_address(base)
             addrs, sizes, pos = [], [], 0
             for v in views:
-                area[pos : pos + v.nbytes] = v.tobytes()
+                ctypes.memmove(base + pos, v.tobytes(), v.nbytes)
                 addrs.append(base + pos)
                 sizes.append(v.nbytes)
                 pos += v.nbytes

@@ -148,7 +148,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         self._dummy = True
         return 0
 
-    def alloc_from_mem_pool(self, size: int) -> int:
+    def alloc_from_mem_pool(self, size: int, /) -> int:
         """Mooncake's ``alloc_from_mem_pool``: with a dummy client (:meth:`setup_dummy`), the
         address of a new shared segment of ``size`` bytes (as
         :meth:`MooncakeHostMemAllocator.alloc`; 0 if none); otherwise 0, as Mooncake's
