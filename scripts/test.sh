@@ -12,6 +12,10 @@
 #   5. the LMCache tier: PyPI lmcache in a virtualenv of its own, cached between runs
 #      (scripts/install_lmcache.sh), runs tests/test_lmcache_{upstream_cases,factory,cli}.py
 #      (skip with MOONCAKE_CFFI_SKIP_LMCACHE=1);
+#   5b. the SGLang tier: PyPI sglang (without its dependencies, plus what its HiCache
+#      Mooncake backend imports) in a virtualenv of its own, cached between runs
+#      (scripts/install_sglang.sh), runs tests/test_sglang_hicache.py
+#      (skip with MOONCAKE_CFFI_SKIP_SGLANG=1);
 #   6. the pytest suite against real clusters started by its fixtures;
 #   7. the documentation site: mkdocs build --strict (its generated references import the
 #      installed package, so they describe this build);
@@ -65,6 +69,14 @@ lmcache_tier() {
 }
 if [ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ]; then
     step "LMCache tier (lmcache from PyPI)" lmcache_tier
+fi
+sglang_tier() {
+    local venv
+    venv=$(scripts/install_sglang.sh | tail -n 1) || return 1
+    "$venv/bin/pytest" -q -p no:cacheprovider tests/test_sglang_hicache.py
+}
+if [ "${MOONCAKE_CFFI_SKIP_SGLANG:-0}" != 1 ]; then
+    step "SGLang tier (sglang from PyPI)" sglang_tier
 fi
 step "pytest suite" pytest -q "$@"
 
