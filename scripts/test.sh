@@ -10,7 +10,8 @@
 #   3. the CLI smoke scripts against a local cluster;
 #   4. the Python integration suite once more with the shim under ASan;
 #   5. the LMCache tier: PyPI lmcache in a virtualenv of its own, cached between runs
-#      (scripts/install_lmcache.sh), runs tests/test_lmcache_{upstream_cases,factory,cli}.py
+#      (scripts/install_lmcache.sh), runs tests/test_lmcache_{upstream_cases,factory,cli,
+#      remote_backend}.py
 #      (skip with MOONCAKE_CFFI_SKIP_LMCACHE=1);
 #   5b. the SGLang tier: PyPI sglang (without its dependencies, plus what its HiCache
 #      Mooncake backend imports) in a virtualenv of its own, cached between runs
@@ -65,7 +66,8 @@ lmcache_tier() {
     local venv
     venv=$(scripts/install_lmcache.sh | tail -n 1) || return 1
     LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
-        tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py tests/test_lmcache_cli.py
+        tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py tests/test_lmcache_cli.py \
+        tests/test_lmcache_remote_backend.py
 }
 if [ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ]; then
     step "LMCache tier (lmcache from PyPI)" lmcache_tier
