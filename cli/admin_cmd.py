@@ -19,7 +19,7 @@ from mooncake_cffi.sizes import human_bytes
 from .app import admin_command, keys_from_option
 from .errors import EXIT_ERROR, EXIT_NOT_FOUND
 from .keys import gather_keys, key_bytes, show_key, unusable, wire_key
-from .output import write_stdout
+from .output import write_stdout, writes_json_lines
 from .settings import Settings, pass_settings
 
 #: Bytes of output gathered before one write to standard output.
@@ -42,14 +42,18 @@ def _write_lines(lines: Iterable[bytes]) -> None:
 
 
 def _write_json_array(items: Iterable[Any]) -> None:
-    """One JSON array on standard output, written as it is produced."""
+    """One JSON array on standard output, written as it is produced (on one line inside
+    :func:`~.output.json_lines`)."""
+    one_line = writes_json_lines()
+    opening, between, closing = (b"[", b",", b"]") if one_line else (b"[\n  ", b",\n  ", b"\n]")
+    sep = (",", ":") if one_line else None
 
     def lines() -> Iterator[bytes]:
         first = True
         for item in items:
-            yield (b"[\n  " if first else b",\n  ") + json.dumps(item).encode()
+            yield (opening if first else between) + json.dumps(item, separators=sep).encode()
             first = False
-        yield b"[]" if first else b"\n]"
+        yield b"[]" if first else closing
 
     buf: list[bytes] = []
     size = 0

@@ -2,8 +2,9 @@
 closed output pipe turned into click errors with their exit statuses, the version option, and
 the decorators that give data commands their shared options.  Commands live in
 :mod:`.put_cmd` and :mod:`.data` (keys), :mod:`.admin_cmd` and :mod:`.doctor_cmd` (the
-master's admin API), :mod:`.bench_cmd` (benchmark), :mod:`.cluster_cmd` (the local cluster),
-:mod:`.shell` and :mod:`.completion_cmd`; :mod:`.main` is the console script.
+master's admin API), :mod:`.top_cmd` (a live view), :mod:`.bench_cmd` (benchmark),
+:mod:`.cluster_cmd` (the local cluster), :mod:`.shell` and :mod:`.completion_cmd`;
+:mod:`.main` is the console script.
 """
 
 from __future__ import annotations

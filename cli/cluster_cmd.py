@@ -284,7 +284,9 @@ def status(settings: Settings) -> None:
     local = load_local(settings)
     if local is None:
         if settings.json:
-            settings.emit_json({"state_dir": str(state_dir), "running": False, "healthy": False})
+            settings.emit_json(
+                {"state_dir": str(state_dir), "running": False, "serving": False, "healthy": False}
+            )
             click.get_current_context().exit(EXIT_ERROR)
         raise CliError(f"no local cluster in {state_dir} (run `mcl2 cluster up`)")
     info = local.status()
@@ -298,7 +300,7 @@ def status(settings: Settings) -> None:
 
 def _print_status(info: dict[str, Any]) -> None:
     down = info.get("down") or []
-    if info["running"]:
+    if info["running"] and not down:
         state = "running"
     elif info.get("serving"):
         state = f"degraded ({', '.join(down)} down) but serving"

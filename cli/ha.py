@@ -7,6 +7,10 @@ elect their leader in, not a master.  The leader's RPC address is the value of
 is read through etcd's v3 JSON gateway (``POST /v3/kv/range``), with the standard library
 only, a timeout on every request and no proxy.  The standby masters are recorded nowhere: only
 the local cluster's state knows them.
+
+A newly elected leader first writes ``__mooncake_service_warming__:<lease id>`` there
+(Mooncake PR #3743) and its address only once it is ready: that value means "no leader
+yet" (:class:`NoLeaderYet`), never an address.
 """
 
 from __future__ import annotations
@@ -24,12 +28,23 @@ SCHEME = "etcd://"
 CLUSTER_ID_ENV = "MC_STORE_CLUSTER_ID"
 #: etcd key of the leader's RPC address, for a cluster id.
 MASTER_VIEW_KEY = "mooncake-store/{cluster_id}/master_view"
+#: What a newly elected leader writes into that key before its address, then ``:<lease id>``.
+WARMING_PREFIX = "__mooncake_service_warming__"
 
 _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class HaError(Exception):
     """etcd cannot be read, or names no leader; the message says which and where."""
+
+
+class NoLeaderYet(HaError):
+    """etcd holds the warming placeholder of a newly elected leader, not an address yet."""
+
+
+def is_warming(view: str) -> bool:
+    """True for the placeholder a new leader writes into master_view before its address."""
+    return view.strip().startswith(WARMING_PREFIX)
 
 
 def is_etcd(master: str) -> bool:
@@ -134,6 +149,12 @@ def leader_address(master: str, cluster_id: str | None, timeout: float) -> str:
             raise HaError(
                 f"etcd {endpoint} names no leader for cluster id {cluster_id!r} (no {key}): "
                 "is it the -cluster_id the masters run with, and is a master running?"
+            )
+        if is_warming(value):
+            raise NoLeaderYet(
+                f"no leader yet for cluster id {cluster_id!r}: etcd {endpoint} holds "
+                f"{value.strip()!r} in {key}, the placeholder a newly elected master writes "
+                "before its address while it warms up; retry in a few seconds"
             )
         return value.strip()
     raise HaError("; ".join(problems) or f"{master} names no etcd endpoint")

@@ -1,7 +1,8 @@
 """mcl2: the admin command line for Mooncake Store (``put``, ``get``, ``exists``, ``rm``,
 ``stat``; ``ls``, ``info``, ``segments``, ``metrics``, ``doctor`` over the master's admin
-API; ``bench``; ``shell``; ``completion``; and ``cluster up|down|status|restart|kill`` for a
-local cluster on 127.0.0.1).  ``python -m mooncake_cffi.cli`` runs it too (:mod:`.__main__`).
+API; ``top``, a live view; ``bench``; ``shell``; ``completion``; and
+``cluster up|down|status|restart|kill`` for a local cluster on 127.0.0.1).
+``python -m mooncake_cffi.cli`` runs it too (:mod:`.__main__`).
 
 Exit statuses: 0 success, 1 error, 2 usage, 3 a key not found, 130 / 143 after SIGINT /
 SIGTERM, 141 when standard output's reader went away (see :mod:`.errors`).
@@ -29,6 +30,7 @@ from . import (  # noqa: F401  (they register their commands on `cli`)
     interrupts,
     put_cmd,
     shell,
+    top_cmd,
 )
 from .app import cli
 from .errors import EXIT_ERROR, EXIT_OK

@@ -1,7 +1,8 @@
 """What mcl2 writes to its standard streams, and how it tells whether they are terminals.
 
 Results go to standard output through :func:`write_stdout` (raw bytes) and
-:func:`write_json` (one JSON document): both write every byte or raise ``BrokenPipeError``, which
+:func:`write_json` (one JSON document; one per line inside :func:`json_lines`, as in
+``mcl2 --json shell``): both write every byte or raise ``BrokenPipeError``, which
 the click group turns into exit status 141, so a reader that went away is never mistaken for
 success.  A standard stream that is needed but closed (``>&-``, ``<&-``), or standard input
 inside ``mcl2 shell`` (whose lines come from it), is a :class:`~.errors.StreamUnusable` naming
@@ -98,9 +99,31 @@ def write_stdout(data: bytes | memoryview) -> None:
     out.flush()
 
 
+#: True while every JSON document is written on one line (``mcl2 shell --json``, ``top``).
+_json_lines = False
+
+
+@contextmanager
+def json_lines() -> Iterator[None]:
+    """While the block runs, :func:`write_json` writes each document on one line."""
+    global _json_lines
+    previous, _json_lines = _json_lines, True
+    try:
+        yield
+    finally:
+        _json_lines = previous
+
+
+def writes_json_lines() -> bool:
+    """Whether JSON documents go on one line each (inside :func:`json_lines`)."""
+    return _json_lines
+
+
 def write_json(data: Any) -> None:
-    """``data`` as one indented JSON document (and a newline) on standard output."""
-    write_stdout((json.dumps(data, indent=2, sort_keys=False) + "\n").encode())
+    """``data`` as one JSON document (and a newline) on standard output: indented, or on
+    one line inside :func:`json_lines`."""
+    text = json.dumps(data, separators=(",", ":")) if _json_lines else json.dumps(data, indent=2)
+    write_stdout((text + "\n").encode())
 
 
 def _is_terminal(stream: IO[Any] | None) -> bool:

@@ -1,7 +1,8 @@
 """``mcl2 shell``: a small REPL running mcl2's commands with one client kept open.
 
 Each line is split like a shell would (``shlex``) and run as ``mcl2 LINE``, with the options
-given to ``mcl2 ... shell`` as the defaults (``--json`` too: every line then prints JSON); the
+given to ``mcl2 ... shell`` as the defaults (``--json`` too: every line then prints JSON, one
+document per line); the
 Mooncake client is set up by the first command that needs one and kept until the shell ends
 (the lines share the shell's :class:`~.session.Session`), so later commands skip the setup.
 The shell's lines come from standard input, so no command inside it reads a value or keys
@@ -21,7 +22,7 @@ import click
 from .app import CONTEXT_SETTINGS, cli
 from .errors import EXIT_OK, EXIT_USAGE
 from .options import output_options
-from .output import stdin_is_terminal, stdin_taken
+from .output import json_lines, stdin_is_terminal, stdin_taken
 from .settings import Settings, pass_settings
 
 HISTORY_FILE = "shell_history"
@@ -79,7 +80,10 @@ def run_line(shell: Settings, argv: list[str]) -> int:
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
-@output_options(json_help="Print every line's results as JSON (as if each line had --json).")
+@output_options(
+    json_help="Print every line's results as JSON, one document per line (as if each line had "
+    "--json)."
+)
 @pass_settings
 def shell(settings: Settings) -> None:
     """Run mcl2 commands from a prompt, with one client kept open.
@@ -113,7 +117,7 @@ def shell(settings: Settings) -> None:
 def _loop(settings: Settings, prompt: str) -> int:
     """Read and run lines until exit, quit or end of input; the last command's status."""
     status = EXIT_OK
-    with stdin_taken(STDIN_IS_THE_SHELLS):
+    with stdin_taken(STDIN_IS_THE_SHELLS), json_lines():
         while True:
             try:
                 text = input(prompt)

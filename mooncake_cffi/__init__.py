@@ -42,6 +42,7 @@ from .errors import (
     QueueFullError,
     TransportError,
 )
+from .outcome import KeyOutcome, PendingWrite, WriteState
 from .replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from .retry import RetryPolicy
 from .status import name as error_name
@@ -80,6 +81,9 @@ __all__ = [
     "NoSpaceError",
     "QueueFullError",
     "TransportError",
+    "KeyOutcome",
+    "PendingWrite",
+    "WriteState",
     "UnsupportedWheelError",
     "mooncake_version",
 ]

@@ -14,6 +14,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._capi.marshal import sent_bytes
 from ._core.batches import Completion
 from ._core.plans import (
     Deadline,
@@ -31,10 +32,12 @@ from ._core.plans import (
 from ._core.types import DEFAULT, Key, Timeout
 from .client import EXISTED, Client
 from .config import StoreConfig
-from .errors import MooncakeError, MooncakeTimeoutError, QueueFullError, error_for
+from .errors import ClosedError, MooncakeError, MooncakeTimeoutError, QueueFullError, error_for
+from .outcome import PendingWrite
 from .status import (
     FLAG_FORCE,
     FLAG_SKIP_EXISTING,
+    MCS_E_CLOSED,
     MCS_E_TIMEOUT,
     OBJECT_NOT_FOUND,
     OP_CODES,
@@ -92,6 +95,7 @@ class AsyncClient:
             self.client = Client(config, **options)
             self._owns = True
         self._futures: dict[int, asyncio.Future[Completion]] = {}
+        self._closing = False  # aclose() runs: no new batch is submitted
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = self.client.fileno()
         self._progress: asyncio.Event | None = None
@@ -128,6 +132,8 @@ class AsyncClient:
         """Submit one step's batch and await its completion, within ``limit`` seconds."""
         loop = self._attach()
         while True:
+            if self._closing:
+                raise ClosedError(MCS_E_CLOSED, "the AsyncClient is closing (aclose())")
             try:
                 batch_id = self.client.batches.submit_step(step, writable=writable)
                 break
@@ -146,7 +152,39 @@ class AsyncClient:
                 MCS_E_TIMEOUT,
                 f"{OPS[step.op]} of {len(step.keys)} key(s) did not finish within {limit} s "
                 f"(batch {batch_id} goes on; its buffers stay in use until it completes)",
+                None,
+                batch_id,
+                self._pending_write(step, batch_id, fut),
             ) from None
+
+    def _pending_write(
+        self, step: Step, batch_id: int, fut: asyncio.Future[Completion]
+    ) -> PendingWrite | None:
+        """The handle on a timed-out write's outcome, completed with its batch's completion
+        (None for other ops)."""
+        if step.op not in (OP_PUT, OP_UPSERT):
+            return None
+        native = self.client._native
+        packed = native.pending[batch_id][0] if batch_id in native.pending else None
+        write = PendingWrite(
+            OPS[step.op],
+            step.keys,
+            batch_id,
+            lambda i: None if packed is None else sent_bytes(packed, i),
+            self.client._calls.read_back,
+            None,
+        )
+
+        def ended(f: asyncio.Future[Completion]) -> None:
+            if f.cancelled():
+                write.complete(None, MCS_E_TIMEOUT)
+                return
+            comp = f.result()
+            write.complete(comp.results, 0 if comp.ran else comp.status)
+
+        fut.add_done_callback(ended)
+        native.writes.add(write)
+        return write
 
     async def _drive(
         self, plan: Plan, timeout: Timeout, retrying: bool = True, call: Deadline | None = None
@@ -196,6 +234,8 @@ class AsyncClient:
 
     async def _blocking(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """The client's blocking ``name`` in the loop's executor (the L1 staging path)."""
+        if self._closing:
+            raise ClosedError(MCS_E_CLOSED, "the AsyncClient is closing (aclose())")
         call = functools.partial(getattr(self.client, name), *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
@@ -428,15 +468,21 @@ class AsyncClient:
     async def aclose(self) -> None:
         """Let the batches in flight finish (their callers get their answers: what was
         stored is reported stored), stop watching the eventfd, and close the client if this
-        object created it."""
-        if self._loop is not None:
-            while self._futures and self._loop is asyncio.get_running_loop():
-                await asyncio.wait(list(self._futures.values()))
-            self._loop.remove_reader(self._fd)
-            self._loop = None
-        if self._owns:
-            # close() joins worker threads: keep the loop responsive meanwhile.
-            await asyncio.get_running_loop().run_in_executor(None, self.client.close)
+        object created it.  From its start, calls of this object that would submit a new
+        batch raise :class:`ClosedError` (tasks still calling cannot keep it waiting); once
+        it returns, one that did not create its client may be used again."""
+        self._closing = True
+        try:
+            if self._loop is not None:
+                while self._futures and self._loop is asyncio.get_running_loop():
+                    await asyncio.wait(list(self._futures.values()))
+                self._loop.remove_reader(self._fd)
+                self._loop = None
+            if self._owns:
+                # close() joins worker threads: keep the loop responsive meanwhile.
+                await asyncio.get_running_loop().run_in_executor(None, self.client.close)
+        finally:
+            self._closing = self._owns
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._capi import counters
 from ._capi.binding import set_log_level
 from ._capi.marshal import as_list
-from ._capi.native import NativeClient, shorten_mooncake_timeouts
+from ._capi.native import NativeClient, positive_seconds, shorten_mooncake_timeouts
 from ._core.batches import Batches, Completion
 from ._core.blocking import BlockingCalls
 from ._core.keys import Keys
@@ -119,7 +119,7 @@ class Client:
         if dummy is None:
             cfg.check_connectable()
         self.config = cfg
-        if op_timeout is not None and not 0 < op_timeout <= 2**31 / 1000:
+        if op_timeout is not None and not positive_seconds(op_timeout, 2**31 / 1000):
             raise ValueError(f"op_timeout must be None or positive seconds, not {op_timeout!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None, not {type(retry).__name__}")
@@ -161,9 +161,9 @@ class Client:
         """Finish accepted work, unregister L1 and tear Mooncake down.  Idempotent.
 
         Batches that timed-out calls left running are finished first, so no buffer they
-        use is written after this returns.  A client of HA masters (``etcd://``) returns
-        within about 1 s and leaves the end of Mooncake's teardown (its leader monitor's
-        wait, up to 30 s, then the segment's unmount) to a background thread.  Also run
+        use is written after this returns.  A client of HA masters (``etcd://``) without a
+        segment keeps Mooncake's client for the next one of its configuration; with one it
+        returns within ~1 s, leaving the rest of the teardown to a thread (up to 30 s).  Also run
         when the client's last reference goes, and at exit."""
         self._native.close()  # ends every batch, timed-out ones included
         if self._values.area is not None:

@@ -11,6 +11,7 @@ Symbolic names of codes come from :func:`mooncake_cffi.error_name` (:mod:`.statu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import status
 from .status import (
@@ -33,6 +34,9 @@ from .status import (
     RPC_TIMEOUT,
     TRANSFER_FAIL,
 )
+
+if TYPE_CHECKING:
+    from .outcome import KeyOutcome, PendingWrite
 
 __all__ = [
     "MooncakeError",
@@ -114,6 +118,10 @@ class MooncakeTimeoutError(MooncakeError, TimeoutError):
 
     ``batch_id`` is the id of the batch a blocking call stopped waiting for (it goes on in
     the shim, which keeps the call's buffers in use until it ends), or None.
+
+    ``write`` is set when the call was a write (put, upsert, their batch and zero-copy
+    forms, sync or async): a :class:`~mooncake_cffi.outcome.PendingWrite` whose
+    :meth:`outcome` tells, per key, whether it landed; None for any other call.
     """
 
     def __init__(
@@ -122,9 +130,20 @@ class MooncakeTimeoutError(MooncakeError, TimeoutError):
         message: str = "",
         results: Sequence[int] | None = None,
         batch_id: int | None = None,
+        write: PendingWrite | None = None,
     ) -> None:
         super().__init__(code, message, results)
         self.batch_id = batch_id
+        self.write = write
+
+    def outcome(self, timeout: float | None = 0.0) -> list[KeyOutcome]:
+        """What the timed-out write did to each of its keys (see :class:`~mooncake_cffi.
+        outcome.WriteState`): waits up to ``timeout`` seconds (None: until its batch ends)
+        for the batch, then asks the store about the rest.  Not on an event loop: await
+        ``err.write.outcome_async()`` there.  A ValueError for a timed-out read."""
+        if self.write is None:
+            raise ValueError("this timeout is not a write's: it has no outcome to learn")
+        return self.write.outcome(timeout)
 
 
 class IntegrityError(MooncakeError):

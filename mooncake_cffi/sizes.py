@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["UNITS", "check_setup_size", "human_bytes", "parse_human_size", "parse_size"]
+__all__ = [
+    "MAX_SEGMENT_BYTES",
+    "UNITS",
+    "check_setup_size",
+    "human_bytes",
+    "parse_human_size",
+    "parse_size",
+]
 
 #: Bytes per unit letter (powers of 1024, as Mooncake reads them).
 UNITS: dict[str, int] = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -25,6 +32,8 @@ _HUMAN_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORE
 
 
 def _whole(number: str, unit: str, given: str) -> int:
+    if number.isdigit():  # exact, also beyond a float's 53 bits
+        return int(number) * UNITS[unit.lower()]
     value = float(number) * UNITS[unit.lower()]
     if value != int(value):
         raise ValueError(f"invalid size {given!r}: not a whole number of bytes")
@@ -86,6 +95,9 @@ def human_bytes(n: int | float | None) -> str:
 
 #: Mooncake's setup takes a local buffer of 0 (none) or 1 KiB .. 1 TiB.
 _LOCAL_BUFFER_RANGE = (1 << 10, 1 << 40)
+#: The largest global_segment_size taken (8 EiB): Mooncake (0.3.13.post1) rounds a size near
+#: 2**64 over to a segment it silently never mounts, and setup succeeds.
+MAX_SEGMENT_BYTES = (1 << 63) - 1
 
 
 def check_setup_size(key: str, value: str) -> None:
@@ -93,12 +105,19 @@ def check_setup_size(key: str, value: str) -> None:
     as the size it looks like (``global_segment_size``, ``local_buffer_size``).
 
     Mooncake reads ``"64 MiB"`` as 0 and refuses a local buffer outside 1 KiB .. 1 TiB with
-    a bare INVALID_PARAMS; both are refused here, saying so.
+    a bare INVALID_PARAMS; both are refused here, saying so, and so is a
+    ``global_segment_size`` above :data:`MAX_SEGMENT_BYTES`, which Mooncake takes without
+    mounting any segment.
     """
     try:
         n = parse_size(value)
     except ValueError as exc:
         raise ValueError(f"{key}: {exc}") from None
+    if key == "global_segment_size" and n > MAX_SEGMENT_BYTES:
+        raise ValueError(
+            f"global_segment_size {value!r} is {n} bytes, more than the limit of "
+            f"{MAX_SEGMENT_BYTES} bytes (8 EiB): Mooncake would mount no segment at all"
+        )
     if (
         key == "local_buffer_size"
         and n

@@ -1,19 +1,23 @@
 """Which Mooncake wheel is installed, whether this package supports it, and how it differs.
 
-Mooncake reaches this package as a PyPI wheel, ``mooncake-transfer-engine-non-cuda`` (CPU)
-or ``mooncake-transfer-engine`` (CUDA), and users often have the version another stack
-pinned.  Everything that depends on that version is decided here, once per process, from
-the wheel's metadata (its version) and by probing its files (the libraries ``store.so``
-needs, the flags ``mooncake_master`` knows), never by guessing:
+Mooncake reaches this package as a PyPI wheel, ``mooncake-transfer-engine-non-cuda`` (CPU),
+``mooncake-transfer-engine`` (CUDA 12) or ``mooncake-transfer-engine-cuda13`` (CUDA 13, the
+only one of 0.3.14), and users often have the version another stack pinned.  Everything that
+depends on that version is decided here, once per process, from the wheel's metadata (its
+version) and by probing its files (where its store binding is, the libraries it needs, the
+flags ``mooncake_master`` knows), never by guessing:
 
 * :func:`detect` finds the wheel; :func:`check_supported` refuses one outside
   :data:`OLDEST` .. :data:`NEWEST` with one message (:class:`UnsupportedWheelError`);
-* :func:`prepare_runtime` makes ``store.so`` loadable on the wheels whose "non-cuda" build
-  links ``libcudart.so.12`` without shipping it (from ``nvidia-cuda-runtime-cu12``);
+* :func:`prepare_runtime` makes the store binding loadable on the wheels that link a CUDA
+  runtime without shipping it: ``libcudart.so.12`` (the 0.3.12 / 0.3.13 "non-cuda" wheels,
+  from ``nvidia-cuda-runtime-cu12``), ``libcudart.so.13`` (the cuda13 wheel, from
+  ``nvidia-cuda-runtime``);
 * :func:`adapt_setup_config` rewrites the setup keys the older wheels read differently
   (sizes with units);
-* :func:`store_so_path` is the ``store.so`` the shim loads (with the wheel's version, which
-  tells it the layout of Mooncake's ReplicateConfig);
+* :func:`store_so_path` is the store binding the shim loads, ``mooncake/store.so`` up to
+  0.3.13.post1 and ``mooncake/_store.cpython-*.so`` from 0.3.14 on (with the wheel's version,
+  which tells it the layout of Mooncake's ReplicateConfig);
 * :func:`master_flags` and :func:`binary_env` tell the local cluster how to start the
   wheel's binaries.
 """
@@ -57,7 +61,7 @@ __all__ = [
 
 #: The supported range, both ends included (scripts/wheel_venvs.sh reads these lines).
 OLDEST = "0.3.10.post2"
-NEWEST = "0.3.13.post1"
+NEWEST = "0.3.14"
 #: The version the ``cpu`` / ``cuda`` extras pin (the one the full test suite runs on).
 DEFAULT_VERSION = "0.3.13.post1"
 #: Versions whose client and CLI integration tests have passed (docs/reference/wheels.md).
@@ -69,21 +73,36 @@ TESTED = (
     "0.3.12.post1",
     "0.3.13",
     "0.3.13.post1",
+    "0.3.14",
 )
 
 _OLDEST = (0, 3, 10, 2)
-_NEWEST = (0, 3, 13, 1)
-#: Distribution name -> variant.  Both install the same ``mooncake`` package.
+_NEWEST = (0, 3, 14, -1)
+#: Distribution name -> variant.  All install the same ``mooncake`` package.
 DISTRIBUTIONS = {
     "mooncake-transfer-engine-non-cuda": "cpu",
     "mooncake-transfer-engine": "cuda",
+    "mooncake-transfer-engine-cuda13": "cuda13",
 }
 _DIST_OF = {variant: dist for dist, variant in DISTRIBUTIONS.items()}
+#: Versions released only as ``mooncake-transfer-engine-cuda13`` (scripts/wheel_venvs.sh reads
+#: this line): no CPU wheel of them exists.
+CUDA13_ONLY = ("0.3.14",)
+#: The variants the extras install (the others have no release of :data:`DEFAULT_VERSION`).
+_EXTRAS = ("cpu", "cuda")
+#: The names of the store binding in the ``mooncake`` package, newest layout first.
+_BINDINGS = ("_store", "store")
 
 #: Before this version, setup refuses global_segment_size 0 and reads sizes as plain integers.
 _ZERO_SEGMENT_FROM = (0, 3, 12, -1)
 _SIZE_KEYS = ("global_segment_size", "local_buffer_size")
-_CUDART = "libcudart.so.12"
+#: CUDA runtimes a wheel may link without shipping them -> (the pip package that ships one,
+#: the module path of its directory, the directory of the library in it).
+_CUDARTS = {
+    "libcudart.so.12": ("nvidia-cuda-runtime-cu12", "nvidia.cuda_runtime", "lib"),
+    "libcudart.so.13": ("nvidia-cuda-runtime", "nvidia.cu13", "lib"),
+}
+_CUDA_DRIVER = "libcuda.so.1"
 _PROBE_TIMEOUT = 10.0
 #: Set to 1 to use a wheel outside the supported range (or without a version) anyway.
 ALLOW_ENV = "MOONCAKE_CFFI_ALLOW_ANY_WHEEL"
@@ -117,8 +136,10 @@ class Wheel:
 
     @property
     def store_path(self) -> Path | None:
-        """``store.so`` (Mooncake's pybind11 module, where the shim finds RealClient)."""
-        return None if self.package_dir is None else self.package_dir / "store.so"
+        """The store binding (Mooncake's pybind11 module, where the shim finds RealClient):
+        ``mooncake/_store.cpython-*.so`` (0.3.14 on) or ``mooncake/store.so``; None if the
+        package has neither."""
+        return None if self.package_dir is None else find_binding(self.package_dir)
 
     @property
     def version_tuple(self) -> tuple[int, int, int, int] | None:
@@ -142,9 +163,21 @@ class Wheel:
         return self.accepts_zero_segment
 
 
+def find_binding(package_dir: Path) -> Path | None:
+    """The store extension module in ``package_dir``: the first of ``_store`` and ``store``
+    with a suffix this interpreter imports extension modules with (``store`` is a Python
+    package from 0.3.14 on, which is not it)."""
+    for name in _BINDINGS:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = package_dir / f"{name}{suffix}"
+            if path.is_file():
+                return path
+    return None
+
+
 _lock = threading.Lock()
 _wheel: Wheel | None = None
-_cudart_dir: Path | None = None
+_cudart_dirs: dict[str, Path] = {}
 _runtime_ready = False
 _master_flags: dict[str, frozenset[str]] = {}
 
@@ -183,7 +216,7 @@ def _detect() -> Wheel:
 
 def install_command(variant: str = "") -> str:
     """The pip command that installs the tested default wheel of ``variant`` (cpu by default)."""
-    extra = variant if variant in _DIST_OF else "cpu"
+    extra = variant if variant in _EXTRAS else "cpu"
     return f"pip install '{_DIST_OF[extra]}=={DEFAULT_VERSION}'"
 
 
@@ -197,7 +230,7 @@ def unsupported(wheel: Wheel, problem: str) -> UnsupportedWheelError:
     )
     return UnsupportedWheelError(
         f"unsupported Mooncake wheel: found {found} ({problem}); mooncake-cffi supports "
-        f"mooncake-transfer-engine(-non-cuda) {OLDEST} to {NEWEST}; install one with: "
+        f"mooncake-transfer-engine(-non-cuda, -cuda13) {OLDEST} to {NEWEST}; install one with: "
         f"{install_command(wheel.variant)}"
     )
 
@@ -276,74 +309,94 @@ def _loadable(name: str) -> bool:
         return False
 
 
-def _find_cudart() -> Path | None:
-    """The directory of ``nvidia-cuda-runtime-cu12``'s libcudart.so.12, if installed."""
+def _find_cudart(name: str) -> Path | None:
+    """The directory of the pip package's copy of the CUDA runtime ``name``, if installed."""
+    _, module, sub = _CUDARTS[name]
     try:
-        spec = importlib.util.find_spec("nvidia.cuda_runtime")
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
     dirs = list(spec.submodule_search_locations or []) if spec is not None else []
     for d in dirs:
-        lib = Path(d) / "lib" / _CUDART
+        lib = Path(d) / sub / name
         if lib.is_file():
             return lib.parent
     return None
 
 
-def prepare_runtime(wheel: Wheel | None = None) -> None:
-    """Make ``store.so`` loadable: preload libcudart.so.12 where the wheel needs it.
+def _missing_cudarts(path: Path) -> list[str]:
+    """The CUDA runtimes ``path`` links that the system loader cannot find."""
+    return [n for n in needed_libraries(path) if n in _CUDARTS and not _loadable(n)]
 
-    0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" link ``libcudart.so.12`` without bundling it.  When
-    the system loader cannot find it, the copy from the ``nvidia-cuda-runtime-cu12`` pip
-    package is loaded (RTLD_GLOBAL), so store.so's dlopen finds it; its directory is also
-    what :func:`binary_env` adds for the wheel's binaries.  Raises ImportError with the
-    command to run when neither is there.
+
+def prepare_runtime(wheel: Wheel | None = None) -> None:
+    """Make the store binding loadable: preload the CUDA runtime where the wheel needs it.
+
+    The 0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" wheels link ``libcudart.so.12``, the
+    cuda13 wheel ``libcudart.so.13``, without bundling it.  When the system loader cannot
+    find it, the copy from its pip package (``nvidia-cuda-runtime-cu12``,
+    ``nvidia-cuda-runtime``) is loaded (RTLD_GLOBAL), so the binding's dlopen finds it; its
+    directory is also what :func:`binary_env` adds for the wheel's binaries.  Raises
+    ImportError with the command to run when neither is there.  The NVIDIA driver's
+    ``libcuda.so.1``, which the CUDA wheels link, is never stood in for: without it the
+    binding does not load, and the error says so.
     """
-    global _cudart_dir, _runtime_ready
+    global _runtime_ready
     wheel = wheel or detect()
     with _lock:
         if _runtime_ready or wheel.store_path is None:
             return
-        if _CUDART in needed_libraries(wheel.store_path) and not _loadable(_CUDART):
-            found = _find_cudart()
+        for name in _missing_cudarts(wheel.store_path):
+            found = _find_cudart(name)
             if found is None:
                 raise ImportError(
-                    f"{wheel.distribution or 'Mooncake'} {wheel.version}: its store.so needs "
-                    f"{_CUDART}, which the wheel does not ship; install it with: "
-                    "pip install nvidia-cuda-runtime-cu12; or install the default wheel, "
-                    f"which does not need it: {install_command(wheel.variant)}"
+                    f"{wheel.distribution or 'Mooncake'} {wheel.version}: its "
+                    f"{wheel.store_path.name} needs {name}, which the wheel does not ship; "
+                    f"install it with: pip install {_CUDARTS[name][0]}; or install the "
+                    f"default wheel, which does not need it: {install_command(wheel.variant)}"
                 )
-            ctypes.CDLL(str(found / _CUDART), mode=ctypes.RTLD_GLOBAL)
-            _cudart_dir = found
+            ctypes.CDLL(str(found / name), mode=ctypes.RTLD_GLOBAL)
+            _cudart_dirs[name] = found
         _runtime_ready = True
 
 
 def binary_env(binary: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment additions a Mooncake binary needs to start ({} for most wheels).
 
-    For a binary linking ``libcudart.so.12`` that the loader cannot find, ``LD_LIBRARY_PATH``
-    gains ``nvidia-cuda-runtime-cu12``'s directory.
+    For a binary linking a CUDA runtime that the loader cannot find, ``LD_LIBRARY_PATH``
+    gains the directory of its pip package's copy.
     """
-    if _CUDART not in needed_libraries(binary) or _loadable(_CUDART) and _cudart_dir is None:
+    found = []
+    for name in needed_libraries(binary):
+        if name not in _CUDARTS or name not in _cudart_dirs and _loadable(name):
+            continue
+        where = _cudart_dirs.get(name) or _find_cudart(name)
+        if where is not None:  # else it fails to start and its log names the library
+            found.append(str(where))
+    if not found:
         return {}
-    found = _cudart_dir or _find_cudart()
-    if found is None:
-        return {}  # it fails to start and its log says which library is missing
     base = os.environ if base is None else base
     old = base.get("LD_LIBRARY_PATH", "")
-    parts = [str(found)] + [p for p in old.split(":") if p and p != str(found)]
+    parts = found + [p for p in old.split(":") if p and p not in found]
     return {"LD_LIBRARY_PATH": ":".join(parts)}
 
 
 def missing_runtime(binary: Path) -> str | None:
     """Why ``binary`` cannot start (a message with the fix), or None when it can."""
-    if _CUDART not in needed_libraries(binary) or _loadable(_CUDART) or _find_cudart():
-        return None
     w = detect()
-    return (
-        f"{binary.name} of {w.distribution or 'Mooncake'} {w.version} needs {_CUDART}, which "
-        "the wheel does not ship; install it with: pip install nvidia-cuda-runtime-cu12"
-    )
+    for name in _missing_cudarts(binary):
+        if _find_cudart(name) is None:
+            return (
+                f"{binary.name} of {w.distribution or 'Mooncake'} {w.version} needs {name}, "
+                f"which the wheel does not ship; install it with: pip install {_CUDARTS[name][0]}"
+            )
+    if _CUDA_DRIVER in needed_libraries(binary) and not _loadable(_CUDA_DRIVER):
+        return (
+            f"{binary.name} of {w.distribution or 'Mooncake'} {w.version} needs the NVIDIA "
+            f"driver's {_CUDA_DRIVER}, which this machine lacks; on a CPU-only machine install "
+            f"the non-CUDA wheel: {install_command('cpu')}"
+        )
+    return None
 
 
 def master_flags(binary: Path) -> frozenset[str]:
@@ -401,23 +454,24 @@ def adapt_setup_config(setup: Mapping[str, str], wheel: Wheel | None = None) -> 
 
 
 def store_so_path() -> str:
-    """The file of the ``mooncake.store`` extension module, found without importing anything.
+    """The file of Mooncake's store binding, found without importing anything.
 
-    ``importlib.util.find_spec("mooncake.store")`` would import the ``mooncake`` package, whose
-    ``__init__`` imports ``mooncake.store`` on recent wheels; the package's directory comes
-    from :func:`detect` (a top-level ``find_spec``, which imports nothing) and the module is
-    looked up in it with the path finder, as the import system would.
+    ``mooncake/store.so`` up to 0.3.13.post1; from 0.3.14 on ``mooncake.store`` is a Python
+    package choosing an implementation, and the binding is ``mooncake/_store.cpython-*.so``.
+    Importing either would import the ``mooncake`` package (and, on the wheels that need a
+    preloaded CUDA runtime, fail); the package's directory comes from :func:`detect` (a
+    top-level ``find_spec``, which imports nothing) and the binding is looked up in it by
+    the extension suffixes the import system uses (:func:`find_binding`).
     """
     w = detect()
-    spec = None
-    if w.package_dir is not None:
-        spec = importlib.machinery.PathFinder.find_spec("store", [str(w.package_dir)])
-    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+    path = w.store_path
+    if path is None:
         raise ImportError(
-            f"{w.distribution or 'Mooncake'} {w.version} is installed but has no "
-            f"mooncake/store.so; reinstall it: {install_command(w.variant)}"
+            f"{w.distribution or 'Mooncake'} {w.version} is installed but has no store "
+            f"binding (mooncake/_store.*.so or mooncake/store.so); reinstall it: "
+            f"{install_command(w.variant)}"
         )
-    return spec.origin
+    return str(path)
 
 
 # ------------------------------------------------------------------- reporting

@@ -13,6 +13,8 @@
 #   LMCACHE_VERSION=X.Y.Z           lmcache release to install (default: the tested one)
 #   TORCH_VERSION=X.Y.Z             torch release to install first (default 2.13.0)
 #   MOONCAKE_CFFI_WHEEL=cpu|cuda    the Mooncake wheel (default as scripts/install.sh)
+#   MOONCAKE_CFFI_PACKAGE=FILE      a wheel of this package to install, instead of building one
+#                                   from the checkout (scripts/test.sh builds one for all steps)
 # Prints the virtualenv's path on its last line of stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,8 +56,13 @@ else
 fi
 
 wheel=$(mooncake_wheel)
-log "installing '.[$wheel,lmcache,test]' (mooncake-cffi, from $PWD) into $venv"
-"$venv/bin/python" -m pip install -q --force-reinstall --no-deps . >&2
-"$venv/bin/python" -m pip install -q ".[$wheel,lmcache,test]" >&2
+package=${MOONCAKE_CFFI_PACKAGE:-.}
+if [ "$package" != . ] && [ ! -f "$package" ]; then
+    echo "MOONCAKE_CFFI_PACKAGE=$package: no such file" >&2
+    exit 1
+fi
+log "installing '$package[$wheel,lmcache,test]' (mooncake-cffi) into $venv"
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$package" >&2
+"$venv/bin/python" -m pip install -q "$package[$wheel,lmcache,test]" >&2
 (cd / && "$venv/bin/python" -c 'import lmcache, mooncake_cffi.lmcache as m; m.check_lmcache_version()') >&2
 echo "$venv"

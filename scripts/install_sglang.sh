@@ -18,6 +18,8 @@
 #   TORCH_VERSION=X.Y.Z             torch release to install first (default 2.14.1)
 #   TORCHVISION_VERSION=X.Y.Z       its torchvision (default 0.29.1)
 #   MOONCAKE_CFFI_WHEEL=cpu|cuda    the Mooncake wheel (default as scripts/install.sh)
+#   MOONCAKE_CFFI_PACKAGE=FILE      a wheel of this package to install, instead of building one
+#                                   from the checkout (scripts/test.sh builds one for all steps)
 # Prints the virtualenv's path on its last line of stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,9 +68,14 @@ else
 fi
 
 wheel=$(mooncake_wheel)
-log "installing '.[$wheel,test]' (mooncake-cffi, from $PWD) into $venv"
-"$venv/bin/python" -m pip install -q --force-reinstall --no-deps . >&2
-"$venv/bin/python" -m pip install -q ".[$wheel,test]" "torch==$torch_version" \
+package=${MOONCAKE_CFFI_PACKAGE:-.}
+if [ "$package" != . ] && [ ! -f "$package" ]; then
+    echo "MOONCAKE_CFFI_PACKAGE=$package: no such file" >&2
+    exit 1
+fi
+log "installing '$package[$wheel,test]' (mooncake-cffi) into $venv"
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$package" >&2
+"$venv/bin/python" -m pip install -q "$package[$wheel,test]" "torch==$torch_version" \
     "torchvision==$torchvision_version" >&2
 (cd / && "$venv/bin/python" -c \
     'import sglang.srt.mem_cache.storage.mooncake_store.mooncake_store as m; print(m.__file__)') >&2

@@ -2,34 +2,70 @@
 # The whole test suite, as CI runs it (.ci/run calls this):
 #   1. installs everything: the test tools' system packages (etcd-server for HA masters,
 #      iproute2 and nftables for the network-namespace topologies and the loopback check,
-#      clang-format), then scripts/install.sh (compiler, runtime libraries, .venv, this
-#      package with its test and docs extras);
-#   2. lint: ruff check, ruff format --check, mypy (strict, on mooncake_cffi/) and
-#      clang-format (.clang-format) on the sources;
-#      the shim's C++ engine tests under ASan+UBSan and under TSan;
-#   3. the CLI smoke scripts against a local cluster;
-#   4. the Python integration suite once more with the shim under ASan;
-#   5. the LMCache tier: PyPI lmcache in a virtualenv of its own, cached between runs
-#      (scripts/install_lmcache.sh), runs tests/test_lmcache_{upstream_cases,factory,cli,
-#      remote_backend}.py
-#      (skip with MOONCAKE_CFFI_SKIP_LMCACHE=1);
-#   5b. the SGLang tier: PyPI sglang (without its dependencies, plus what its HiCache
-#      Mooncake backend imports) in a virtualenv of its own, cached between runs
-#      (scripts/install_sglang.sh), runs tests/test_sglang_hicache.py
-#      (skip with MOONCAKE_CFFI_SKIP_SGLANG=1);
-#   6. the pytest suite against real clusters started by its fixtures;
-#   7. the documentation site: mkdocs build --strict (its generated references import the
-#      installed package, so they describe this build);
-#   8. the wheel: python -m build --wheel, installed into a fresh virtualenv, imported
-#      there and `mcl2 --version` run (~2 min);
-#   9. the wheel, client and CLI integration tests on the oldest supported Mooncake wheel
-#      (and on the newest when it is not the default the suite ran on), in venvs cached
-#      by scripts/wheel_venvs.sh (~1 min to build the first time, ~2 min per run).
+#      clang-format, prometheus with promtool, tmux for mcl2 top), then scripts/install.sh
+#      (compiler, runtime libraries, .venv, this package with its test and docs extras);
+#   2. then three lanes at once (a lane's steps run one after another):
+#      - builds, at nice 10 (it only computes, on the CPU the tests leave idle):
+#        the wheel (python -m build --wheel in an isolated build environment: the one copy
+#        of the package the later steps install), the shim's C++ engine tests under
+#        ASan+UBSan, the LMCache and SGLang tiers' virtualenvs (PyPI lmcache and sglang,
+#        cached between runs: scripts/install_{lmcache,sglang}.sh), the venvs of the oldest
+#        (and newest, when it is not the default) supported Mooncake wheels (cached:
+#        scripts/wheel_venvs.sh), the engine tests under TSan, the documentation site
+#        (mkdocs build --strict: its generated references import the installed package, so
+#        they describe this build);
+#      - the foreground: lint (ruff check, ruff format --check, mypy strict on
+#        mooncake_cffi/, clang-format on the sources), then the pytest suite against real
+#        clusters started by its fixtures (its 25 slowest tests listed);
+#      - tests, each step waiting for what it needs from the builds lane: the CLI smoke
+#        scripts against local clusters, the Python integration tests once more with the
+#        shim under ASan, the LMCache tier's tests
+#        (tests/test_lmcache_{upstream_cases,factory,cli,remote_backend}.py;
+#        MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
+#        (tests/test_sglang_hicache.py, in PyPI sglang's virtualenv, cached between runs:
+#        scripts/install_sglang.sh; MOONCAKE_CFFI_SKIP_SGLANG=1 skips it), the wheel
+#        installed into a fresh virtualenv, imported there and `mcl2 --version` run, and the
+#        wheel, client and CLI integration tests in the Mooncake wheel venvs;
+#   3. the output of the background lanes' steps, and the steps that failed.
 # Extra arguments go to the final pytest run (e.g. -k lease, -x).
+#
+#   ./scripts/test.sh --quick [PYTEST ARGS]   the quick loop (under 3 min): ruff, then the
+#       tests that need no cluster, and the client's tests on the shared session cluster
+#       (pytest -m "$QUICK": not the slow ones, nor those of mcl2, the drop-in and the LMCache
+#       plugins that need a cluster); no system packages, and the package reinstalled into
+#       .venv only when its sources are newer than the installed copy (.venv is made by
+#       scripts/install.sh when missing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 . scripts/_common.sh
+
+# The quick loop's selection (the markers are applied by fixture: tests/conftest.py).
+QUICK="not (asan or slow or own_cluster) and not (cluster and (cli or store or lmcache))"
+if [ "${1:-}" = --quick ]; then
+    shift
+    if [ ! -x .venv/bin/python ]; then
+        MOONCAKE_CFFI_EXTRAS=test ./scripts/install.sh || { echo "install failed" >&2; exit 1; }
+    else
+        installed=$(ls -d .venv/lib/python3*/site-packages/mooncake_cffi-*.dist-info 2>/dev/null |
+            head -n 1)
+        if [ -z "$installed" ] ||
+            [ -n "$(find mooncake_cffi shim cli meson.build meson.options pyproject.toml \
+                -newer "$installed" -type f -print -quit 2>/dev/null)" ]; then
+            log "sources changed since the installed copy: reinstalling the package into .venv"
+            .venv/bin/python -m pip install -q --no-deps --force-reinstall . || exit 1
+        fi
+    fi
+    export PATH="$PWD/.venv/bin:$PATH"
+    ruff check . && ruff format --check .
+    lint=$?
+    pytest -q -m "$QUICK" --durations=10 "$@"
+    rc=$?
+    [ "$lint" -eq 0 ] || echo "ruff found problems (above)" >&2
+    [ "$rc" -ne 0 ] && exit "$rc"
+    exit "$lint"
+fi
+
 # Test-only system packages; one the archive lacks is reported, and the tests that need it
 # skip (saying why) or fail.
 tools=()
@@ -38,6 +74,9 @@ has_tool etcd || tools+=(etcd-server "HA masters and etcd metadata (tests/test_h
     tools+=(iproute2 "network-namespace hosts and the loopback check (ip, tc, ss)")
 has_tool nft || tools+=(nftables "link cuts between namespace hosts (nft)")
 has_tool clang-format || tools+=(clang-format "the C++ style check of the lint step")
+{ has_tool prometheus && has_tool promtool; } ||
+    tools+=(prometheus "a real Prometheus and promtool (tests/test_monitoring.py)")
+has_tool tmux || tools+=(tmux "mcl2 top in a real terminal (tests/test_cli_top.py)")
 system_install "${tools[@]}" || warn "continuing without them"
 MOONCAKE_CFFI_EXTRAS=test,docs ./scripts/install.sh || { echo "install failed" >&2; exit 1; }
 export PATH="$PWD/.venv/bin:$PATH"
@@ -45,12 +84,141 @@ export PATH="$PWD/.venv/bin:$PATH"
 # Bold only on a terminal, and never when NO_COLOR is set (https://no-color.org).
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
 passed=0 failed=0 failures=()
+record() { # NAME STATUS
+    if [ "$2" -eq 0 ]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1)) failures+=("$1")
+    fi
+}
 step() {
     local name=$1
     shift
     printf '\n%s==> %s%s\n' "$bold" "$name" "$plain"
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
+    "$@"
+    record "$name" $?
 }
+
+# Three lanes run at once. The builds lane (the wheel, the engine tests, the venvs, the docs
+# site) only computes: it runs at nice 10 and takes the CPU the tests leave idle.
+# The tests spend most of their time waiting on processes and timeouts: the pytest suite runs
+# in the foreground, and the other test steps beside it in a lane of their own, each waiting
+# for what it needs from the builds lane. A lane's steps run one after another; their output
+# is shown, step by step, when the lanes are collected at the end.
+work=$(mktemp -d) || exit 1
+lane_pids=()
+# On an early exit (Ctrl-C), no further lane step starts.
+trap '[ ${#lane_pids[@]} -eq 0 ] || kill "${lane_pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+lane_steps=() # "ID NAME", in the order they are shown
+declare -A lane_cmds=()
+later() { # LANE ID NAME COMMAND [ARGS]: a step of a background lane
+    local lane=$1 id=$2 name=$3
+    shift 3
+    lane_steps+=("$id $name")
+    lane_cmds[$lane]+="run_later $id $(printf '%q ' "$@");"
+}
+run_later() { # ID COMMAND [ARGS]: its output in $work/ID.log, its status in $work/ID.rc
+    local id=$1
+    shift
+    "$@" >"$work/$id.log" 2>&1
+    echo $? >"$work/$id.tmp" && mv "$work/$id.tmp" "$work/$id.rc"
+}
+await() { # ID: waits for a step of another lane; fails if that step failed
+    until [ -f "$work/$1.rc" ]; do sleep 2; done
+    [ "$(cat "$work/$1.rc")" -eq 0 ] || {
+        echo "not run: the step it needs ($1) failed (above)"
+        return 1
+    }
+}
+start_lane() { # LANE [NICENESS]
+    (
+        [ -z "${2:-}" ] || renice -n "$2" -p "$BASHPID" >/dev/null 2>&1
+        eval "${lane_cmds[$1]}"
+    ) &
+    lane_pids+=($!)
+}
+collect_lanes() {
+    wait "${lane_pids[@]}"
+    lane_pids=()
+    local entry id rc
+    for entry in "${lane_steps[@]}"; do
+        id=${entry%% *}
+        printf '\n%s==> %s%s\n' "$bold" "${entry#* }" "$plain"
+        cat "$work/$id.log"
+        rc=$(cat "$work/$id.rc" 2>/dev/null) || rc=1
+        record "${entry#* }" "$rc"
+    done
+}
+
+# The builds lane. One wheel of this package, built as a user's pip builds it (in an isolated
+# environment), is what the LMCache tier, the fresh virtualenv and the wheel venvs install.
+build_wheel() {
+    python -m build --wheel --outdir "$work/dist" . >"$work/build.log" 2>&1 || {
+        tail -n 40 "$work/build.log"
+        return 1
+    }
+    local wheels=("$work"/dist/mooncake_cffi-*.whl)
+    echo "built ${wheels[0]##*/}"
+}
+package() { ls "$work"/dist/mooncake_cffi-*.whl; }
+lmcache_venv() { # made or reused: its path on the last line of $work/lmcache-venv
+    MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_lmcache.sh >"$work/lmcache-venv"
+}
+sglang_venv() { # made or reused: its path on the last line of $work/sglang-venv
+    MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_sglang.sh >"$work/sglang-venv"
+}
+wheel_venvs_ready() { MOONCAKE_CFFI_PACKAGE=$(package) scripts/wheel_venvs.sh ends; }
+site_build() { NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$work/site"; }
+lmcache=1
+[ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ] || lmcache=0
+sglang=1
+[ "${MOONCAKE_CFFI_SKIP_SGLANG:-0}" != 1 ] || sglang=0
+
+later builds wheel "wheel: python -m build" build_wheel
+later builds asan "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
+[ $lmcache -eq 0 ] || later builds lmvenv "LMCache tier: its virtualenv" lmcache_venv
+[ $sglang -eq 0 ] || later builds sgvenv "SGLang tier: its virtualenv" sglang_venv
+later builds wvenvs "the oldest/newest supported Mooncake wheels: their venvs" wheel_venvs_ready
+later builds tsan "shim engine tests (TSan)" scripts/sanitize.sh tsan
+later builds site "documentation (mkdocs build --strict)" site_build
+
+# The tests lane.
+asan_integration() { await asan && pytest -q -m asan tests/test_asan.py; }
+lmcache_tier() {
+    await lmvenv || return 1
+    local venv
+    venv=$(tail -n 1 "$work/lmcache-venv")
+    LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
+        tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py \
+        tests/test_lmcache_cli.py tests/test_lmcache_remote_backend.py
+}
+sglang_tier() {
+    await sgvenv || return 1
+    local venv
+    venv=$(tail -n 1 "$work/sglang-venv")
+    "$venv/bin/pytest" -q -p no:cacheprovider tests/test_sglang_hicache.py
+}
+wheel_in_fresh_venv() {
+    await wheel || return 1
+    python -m venv "$work/venv" &&
+        "$work/venv/bin/python" -m pip install -q "$(package)[$(mooncake_wheel)]" &&
+        (cd / && "$work/venv/bin/python" -c \
+            'import mooncake_cffi as m; print("imported", m.__version__, "from", m.__file__)') &&
+        "$work/venv/bin/mcl2" --version
+}
+wheel_venv_tests() {
+    await wvenvs && MOONCAKE_CFFI_PACKAGE=$(package) scripts/wheel_venvs.sh --test ends
+}
+later tests smoke "CLI smoke scripts" tests/smoke/run_all.sh
+later tests asanint "integration tests under ASan" asan_integration
+[ $lmcache -eq 0 ] || later tests lmtier "LMCache tier (lmcache from PyPI)" lmcache_tier
+[ $sglang -eq 0 ] || later tests sgtier "SGLang tier (sglang from PyPI)" sglang_tier
+later tests fresh "wheel: installed into a fresh virtualenv" wheel_in_fresh_venv
+later tests wtests "client and CLI tests on the oldest/newest supported Mooncake wheels" \
+    wheel_venv_tests
+
+start_lane builds 10
+start_lane tests
 
 lint() {
     ruff check . && ruff format --check . && mypy &&
@@ -58,61 +226,15 @@ lint() {
             shim/tests/*.cpp shim/tests/*.hpp shim/bench/*.cpp mooncake_cffi/cluster/*.cpp
 }
 step "lint (ruff check, ruff format --check, mypy, clang-format)" lint
-step "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
-step "shim engine tests (TSan)" scripts/sanitize.sh tsan
-step "CLI smoke scripts" tests/smoke/run_all.sh
-step "integration tests under ASan" pytest -q -m asan tests/test_asan.py
-lmcache_tier() {
-    local venv
-    venv=$(scripts/install_lmcache.sh | tail -n 1) || return 1
-    LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
-        tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py tests/test_lmcache_cli.py \
-        tests/test_lmcache_remote_backend.py
-}
-if [ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ]; then
-    step "LMCache tier (lmcache from PyPI)" lmcache_tier
-fi
-sglang_tier() {
-    local venv
-    venv=$(scripts/install_sglang.sh | tail -n 1) || return 1
-    "$venv/bin/pytest" -q -p no:cacheprovider tests/test_sglang_hicache.py
-}
-if [ "${MOONCAKE_CFFI_SKIP_SGLANG:-0}" != 1 ]; then
-    step "SGLang tier (sglang from PyPI)" sglang_tier
-fi
-step "pytest suite" pytest -q "$@"
-
-site_build() {
-    local dir rc
-    dir=$(mktemp -d) || return 1
-    NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$dir/site"
-    rc=$?
-    rm -rf "$dir"
-    return $rc
-}
-step "documentation (mkdocs build --strict)" site_build
-
-wheel_in_fresh_venv() {
-    local dir wheels rc=0
-    dir=$(mktemp -d) || return 1
-    if python -m build --wheel --outdir "$dir/dist" . >"$dir/build.log" 2>&1; then
-        wheels=("$dir"/dist/mooncake_cffi-*.whl)
-        echo "built ${wheels[0]##*/}"
-        python -m venv "$dir/venv" &&
-            "$dir/venv/bin/python" -m pip install -q "${wheels[0]}[$(mooncake_wheel)]" &&
-            (cd / && "$dir/venv/bin/python" -c \
-                'import mooncake_cffi as m; print("imported", m.__version__, "from", m.__file__)') &&
-            "$dir/venv/bin/mcl2" --version || rc=1
-    else
-        tail -n 40 "$dir/build.log"
-        rc=1
-    fi
-    rm -rf "$dir"
-    return $rc
-}
-step "wheel: python -m build, installed into a fresh virtualenv" wheel_in_fresh_venv
-step "client and CLI tests on the oldest/newest supported Mooncake wheels" \
-    scripts/wheel_venvs.sh --test ends
+# The 25 slowest tests (setup and teardown counted apart) go into the log.
+# It runs on MOONCAKE_CFFI_TEST_WORKERS processes (default 2; 1: in this process), with
+# pytest-xdist's --dist loadgroup: a module's tests on one worker, every network-namespace
+# test on the same one. Its tests mostly wait: 2 workers took 12 min where 1 took 23.
+workers=${MOONCAKE_CFFI_TEST_WORKERS:-2}
+xdist=()
+[ "$workers" -le 1 ] || xdist=(-n "$workers" --dist loadgroup)
+step "pytest suite" pytest -q --durations=25 "${xdist[@]}" "$@"
+collect_lanes
 
 echo
 if [ "$failed" -gt 0 ]; then

@@ -434,6 +434,31 @@ struct mcs_integrity_stats {
     uint64_t failed;      /* keys answered MCS_E_CORRUPT */
 };
 
+/* Reads that survive a storage node, process-wide.  Mooncake 0.3.13.post1's
+ * reads take one replica (its SelectBestReplica: the first memory replica
+ * the master lists) and do not go on to another when its transfer fails.
+ * The shim loads store.so after itself with its own SelectBestReplica in the
+ * global scope, so store.so's reads ask the shim: Mooncake's pick, unless its
+ * endpoint failed a transfer in the last 30 s ("suspect"), then another
+ * complete memory replica of the key.  A GET whose transfer failed
+ * (TRANSFER_FAIL) is tried again up to 3 times, marking the endpoint of each
+ * failed try suspect; a one-key read that failed marks its endpoint at once.
+ * Only a wheel whose replica layout the shim checked (0.3.13.post1) takes
+ * part (active = 1); otherwise, or when store.so was loaded before the
+ * shim (the interposition is then not in effect: seen = 0), every read is
+ * Mooncake's own.  Counters since the process started. */
+struct mcs_replica_choice_stats {
+    uint32_t struct_size; /* sizeof(struct mcs_replica_choice_stats) */
+    uint32_t active;      /* 1: the loaded wheel's layout checked out */
+    uint32_t seen;        /* 1: store.so's reads have asked the shim */
+    uint32_t suspects;    /* endpoints suspect now */
+    uint64_t choices;     /* replica choices made with a suspect known or recorded */
+    uint64_t fallbacks;   /* of them, another replica than Mooncake's pick */
+    uint64_t marked;      /* times an endpoint was marked suspect */
+    uint64_t retries;     /* reads tried again after a failed transfer */
+    uint64_t recovered;   /* of them, read from another replica */
+};
+
 typedef struct mcs_client mcs_client;
 
 /* --- version and errors (always callable, thread-safe) --- */
@@ -499,6 +524,10 @@ MCS_API int mcs_teardowns_pending(void);
  * (MCS_E_TIMEOUT; -1 waits forever). */
 MCS_API int mcs_teardowns_wait(int timeout_ms);
 
+/* The process's read-failover counters (struct mcs_replica_choice_stats) into
+ * *out, its struct_size set by the caller.  Thread-safe. */
+MCS_API int mcs_replica_choice_stats(struct mcs_replica_choice_stats *out);
+
 /* --- a client's life --- */
 
 /* Creates a client and sets it up: the `n` key/value strings are handed to
@@ -525,8 +554,11 @@ MCS_API int mcs_teardowns_wait(int timeout_ms);
  * the write}, as one more part of a multi-part write (the value is not
  * copied; UPSERT needs a wheel with batch_upsert_from_multi_buffers, else
  * MCS_E_UNSUPPORTED), and every GET, GET_BUFFER and SIZE checks it: results
- * and sizes are the value's own (without the trailer).  A value whose
- * trailer is missing or does not match its bytes (torn by a concurrent
+ * and sizes are the value's own (without the trailer).  SIZE reads the 16
+ * bytes at the value's end and checks their magic (not the CRC: that needs
+ * the whole value), so a value without a trailer is refused by it as by a
+ * GET.  A value whose trailer is missing or does not match its bytes (torn
+ * by a concurrent
  * UPSERT, written by a client without the option, damaged) is read again
  * up to 4 times over about 15 ms; if it still does not verify its key's
  * result is MCS_E_CORRUPT, and a GET's buffer holds no verified value.
@@ -538,8 +570,12 @@ MCS_API int mcs_teardowns_wait(int timeout_ms);
  * gone meanwhile is written again (up to 3 times).  A
  * single-buffer GET into a buffer larger than the value may leave the
  * trailer's 16 bytes after the value's end.  Byte ranges
- * (mcs_client_get_into_ranges) are read as they are, unverified, and a
- * client without the option sees every value 16 bytes longer.  Values of
+ * (mcs_client_get_into_ranges) are read as they are, unverified, but each
+ * is checked against its value's own size first (each key of the call
+ * sized as by SIZE; one without a trailer: MCS_E_CORRUPT): a range past it
+ * answers -600, as Mooncake answers a range past a value's end, and reads
+ * nothing, so the trailer is never read as data.  A client without the
+ * option sees every value 16 bytes longer.  Values of
  * 2 GiB or more are not supported with the option (Mooncake reports
  * multi-part results as int).
  *
@@ -547,7 +583,12 @@ MCS_API int mcs_teardowns_wait(int timeout_ms);
  * owns a client, released with mcs_client_free(); on failure *out is NULL.
  * Blocks for the setup (tens of ms).  In a child forked from a process that
  * had set up a client it fails at once with MCS_E_FORKED (Mooncake's
- * process-wide state does not survive fork()). */
+ * process-wide state does not survive fork()).  Such a child's exit() runs
+ * none of the exit handlers registered before the first client was created
+ * (Mooncake's atexit teardown of the parent's client, which crashes there,
+ * and store.so's static destructors): it flushes stdio and ends with
+ * _exit(status), status unchanged; handlers registered after that point
+ * (Python's atexit runs before exit()) still run. */
 MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const char *const *values,
                               size_t n, const struct mcs_lanes *lanes, int probe_timeout_ms);
 
@@ -595,9 +636,16 @@ MCS_API int mcs_client_create_dummy(mcs_client **out, uint64_t mem_pool_size,
  * and L1 is unregistered.  Mooncake's own teardown (RealClient::tearDownAll)
  * comes last.  A client of a single master (master_server_addr host:port)
  * waits for it (0.3-1 s).  A client of HA masters (etcd://, redis://, k8s://)
- * waits for it at most 1 s, then leaves it to a thread of its own: Mooncake's
- * teardown joins its leader monitor, which waits up to 30 s for a master view
- * change (EtcdLeaderCoordinator::WaitForViewChange) and cannot be woken.  That
+ * with global_segment_size 0 is not torn down: its buffers registered through
+ * mcs_client_register_buffer are unregistered and Mooncake's client is kept,
+ * one per setup configuration, for the next client created in the process
+ * with the same configuration, which takes it over without a new setup (a
+ * second one closed while one is kept is torn down as below); a kept client
+ * is never torn down, and the process exits without it.  Any other client
+ * of HA masters waits for it at most 1 s, then leaves it to a thread of its
+ * own: Mooncake's teardown joins its leader monitor, which waits up to 30 s
+ * for a master view change (EtcdLeaderCoordinator::WaitForViewChange) and
+ * cannot be woken.  That
  * thread, counted by mcs_teardowns_pending(), runs for the rest of that wait
  * (at most 30 s, counted from the monitor's last wake-up), then Mooncake
  * unmounts the client's segment (global_segment_size > 0), frees it and

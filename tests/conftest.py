@@ -1,18 +1,30 @@
-"""Shared fixtures: a real local Mooncake cluster, and its logs attached to failing tests.
+"""Shared fixtures: real local Mooncake clusters, markers by fixture, logs on failure.
 
 ``cluster`` is one LocalCluster for the whole session (started on first use, stopped at the
-end); ``cluster_config`` is a client config for it.  ``make_cluster`` creates extra clusters
-for a single test and stops them afterwards, whatever the test did.  When a test that used a
-cluster fails, the last lines of the master's and the storage node's logs (with their paths)
-are added to its report.  For the mcl2 tests, ``run`` invokes mcl2 in-process against the
-session cluster and ``key`` is a fresh key prefix.
+end); ``cluster_config`` is a client config for it.  ``three_nodes`` is a second session
+cluster, of three storage nodes, for the replica tests.  ``make_cluster`` creates extra
+clusters for a single test and stops them afterwards, whatever the test did;
+``make_module_cluster`` does the same for one test module (for tests that share a cluster
+of a shape of their own).  ``etcd`` skips a test when etcd is not installed (HA masters and
+etcd metadata need it); ``netns`` skips it without network namespaces (root, ip, nft).
+
+Each test is marked by the fixtures it uses, directly or through other fixtures (see
+``FIXTURE_MARKERS``; the markers are described in pyproject.toml), so that ``pytest -m``
+picks a part of the suite; the quick loop (scripts/test.sh --quick) is what needs no cluster
+and the client's tests on the shared one (docs/contributing.md).
+
+When a test that used a cluster fails, the last lines of the master's and the storage
+node's logs (with their paths) are added to its report.  For the mcl2 tests, ``run``
+invokes mcl2 in-process against the session cluster and ``key`` is a fresh key prefix.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +33,7 @@ from cli_helpers import clean_env, cluster_env
 from click.testing import CliRunner, Result
 from mooncake_cffi.cli import cli
 
-from mooncake_cffi import capi
+from mooncake_cffi import capi, topology
 from mooncake_cffi.capi import ffi, lib
 from mooncake_cffi.cluster import LocalCluster
 
@@ -34,22 +46,82 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 LOG_TAIL_LINES = 30
 LOG_LINE_CHARS = 500
 
-_SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
+_SESSION_CLUSTERS = pytest.StashKey[dict[str, LocalCluster]]()
 _TEST_CLUSTERS = pytest.StashKey[list[LocalCluster]]()
+
+#: The markers a test gets from a fixture in its closure (the fixtures it asks for, and
+#: theirs).  ``cluster``: it needs a running cluster; ``own_cluster``: one other than the
+#: session's (started for the test or its module, or of another shape); ``ha``: etcd (HA
+#: masters, etcd metadata); ``namespaces``: network-namespace hosts (root); ``cli``: mcl2.
+FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
+    "cluster": ("cluster",),
+    "three_nodes": ("cluster", "own_cluster"),
+    "make_cluster": ("cluster", "own_cluster"),
+    "make_module_cluster": ("cluster", "own_cluster"),
+    "etcd": ("ha",),
+    "netns": ("namespaces",),
+    "run": ("cli",),
+}
+#: The markers of the face a module tests, by its name: mcl2 (which the mcl2 modules also
+#: start as a process), the drop-in MooncakeDistributedStore, the LMCache plugins.
+MODULE_MARKERS = {
+    "test_cli.py": "cli",
+    "test_cli_*.py": "cli",
+    "test_store_*.py": "store",
+    "test_lmcache_*.py": "lmcache",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by its fixtures (``FIXTURE_MARKERS``) and its module's name
+    (``MODULE_MARKERS``), and a test marked ``own_cluster`` by hand (one that starts a
+    cluster through ``mcl2 cluster up``) ``cluster`` as well."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        marks = {m for name in names & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[name]}
+        marks.update(m for pattern, m in MODULE_MARKERS.items() if fnmatch(item.path.name, pattern))
+        if item.get_closest_marker("own_cluster") is not None:
+            marks.add("cluster")
+        for mark in sorted(marks):
+            item.add_marker(mark)
+        if config.pluginmanager.hasplugin("xdist"):
+            # With -n N --dist loadgroup: a module's tests stay on one worker (its module
+            # fixtures start once), and every network-namespace test on the same one.
+            group = "netns" if "namespaces" in marks else item.path.name
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _session_cluster(
+    request: pytest.FixtureRequest, local: LocalCluster, name: str
+) -> Iterator[LocalCluster]:
+    request.config.stash.setdefault(_SESSION_CLUSTERS, {})[name] = local  # before start: its
+    try:  # logs explain a failure to start
+        local.start()
+        yield local
+    finally:
+        local.stop()
 
 
 @pytest.fixture(scope="session")
 def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalCluster]:
-    """A running master + storage node on 127.0.0.1, shared by the whole session."""
+    """A running master + storage node on 127.0.0.1, shared by the whole session.  Tests
+    keep to keys of their own (a unique prefix) and change nothing else in it: a test that
+    stops, freezes or restarts a process, empties the cluster or fills it takes
+    ``make_cluster``."""
     local = LocalCluster(tmp_path_factory.mktemp("mooncake-cluster"))
-    request.config.stash[_SESSION_CLUSTER] = local  # before start: its logs explain a failure
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
+    yield from _session_cluster(request, local, "cluster")
+
+
+@pytest.fixture(scope="session")
+def three_nodes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """A master and three 64 MB storage nodes, shared by the whole session (the replica
+    tests: replicas on distinct nodes, preferred segments); the same rules as ``cluster``."""
+    local = LocalCluster(tmp_path_factory.mktemp("three"), "64 MB", storage_nodes=3)
+    yield from _session_cluster(request, local, "three_nodes")
 
 
 @pytest.fixture
@@ -77,6 +149,46 @@ def make_cluster(
         local.stop()
 
 
+@pytest.fixture(scope="module")
+def make_module_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., LocalCluster]]:
+    """``make_cluster`` for one test module: its clusters are stopped after the module's
+    last test (for tests that share a cluster of a shape of their own)."""
+    made: list[LocalCluster] = []
+    request.node.stash[_TEST_CLUSTERS] = made
+    base = tmp_path_factory.mktemp(request.node.name.removesuffix(".py"))
+
+    def factory(segment_size: str | list[str] = "1 GB", **shape: Any) -> LocalCluster:
+        """``shape``: LocalCluster's keywords (storage_nodes, ha, masters, placement...)."""
+        local = LocalCluster(base / f"cluster{len(made)}", segment_size=segment_size, **shape)
+        made.append(local)
+        return local
+
+    yield factory
+    for local in made:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd() -> str:
+    """The etcd executable (HA masters and etcd metadata start one); skips the test when
+    it is not installed.  Marks the test ``ha``."""
+    path = shutil.which("etcd")
+    if path is None:
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def netns() -> None:
+    """Skips the test where network-namespace hosts cannot be made (mooncake_cffi.topology:
+    root, ip, nft).  Marks the test ``namespaces``."""
+    reason = topology.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -97,10 +209,11 @@ def pytest_runtest_makereport(
     report: pytest.TestReport = outcome.get_result()
     if not report.failed:
         return
-    clusters = list(item.stash.get(_TEST_CLUSTERS, []))
-    session_cluster = item.config.stash.get(_SESSION_CLUSTER, None)
-    if session_cluster is not None and "cluster" in getattr(item, "fixturenames", ()):
-        clusters.append(session_cluster)
+    clusters = [c for node in item.listchain() for c in node.stash.get(_TEST_CLUSTERS, [])]
+    names = getattr(item, "fixturenames", ())
+    for name, local in item.config.stash.get(_SESSION_CLUSTERS, {}).items():
+        if name in names:
+            clusters.append(local)
     for local in clusters:
         for role, path in local.log_paths().items():
             if path.exists():

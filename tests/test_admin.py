@@ -201,3 +201,9 @@ def test_repr_and_url_normalisation() -> None:
     admin: Any = AdminClient("127.0.0.1:9100/")
     assert admin.url == "http://127.0.0.1:9100"
     assert "127.0.0.1:9100" in repr(admin)
+
+
+@pytest.mark.parametrize("url", ["\x1b", "127.0.0.1:90\n03", "a b", "http://host\x7f:9003"])
+def test_an_admin_url_with_a_control_character_or_white_space_is_refused_naming_it(url):
+    with pytest.raises(ValueError, match="admin URL .* contains"):
+        AdminClient(url)

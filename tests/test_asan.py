@@ -27,6 +27,7 @@ def _runtime(name: str) -> str:
     return out
 
 
+@pytest.mark.timeout(1500)  # the build, then the child pytest (its own limit: 1200 s)
 def test_integration_suite_under_address_sanitizer():
     subprocess.run([str(REPO / "scripts" / "sanitize.sh"), "asan"], check=True, cwd=REPO)
     shim = REPO / "build" / "asan" / "shim" / "libmcs.so"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -199,7 +198,7 @@ def test_clients_without_a_cluster_id_are_not_refused(cluster: LocalCluster) -> 
         assert not a.exists("no-cluster-id") and not b.exists("no-cluster-id")
 
 
-@pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed")
+@pytest.mark.usefixtures("etcd")
 def test_a_second_etcd_in_one_process_is_refused_up_front(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,8 +23,11 @@ import pytest
 from mooncake_cffi.cli.errors import EXIT_ERROR, EXIT_OK
 
 MCL2 = Path(sys.executable).with_name("mcl2")
-pytestmark = pytest.mark.skipif(not MCL2.exists(), reason="mcl2 is not installed")
-needs_etcd = pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed")
+pytestmark = [
+    pytest.mark.skipif(not MCL2.exists(), reason="mcl2 is not installed"),
+    pytest.mark.own_cluster,  # `mcl2 cluster up`: no fixture marks it
+]
+needs_etcd = pytest.mark.usefixtures("etcd")
 
 
 class Mcl2:

@@ -208,6 +208,7 @@ def test_put_without_file_on_a_terminal_is_refused(monkeypatch: pytest.MonkeyPat
 # -- the local cluster ---------------------------------------------------------------------------
 
 
+@pytest.mark.own_cluster  # `mcl2 cluster up`: no fixture marks it
 def test_cluster_up_status_down(tmp_path: Path) -> None:
     runner = CliRunner()
     env = clean_env(MCL2_STATE_DIR=str(tmp_path / "state"))

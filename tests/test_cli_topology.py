@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from mooncake_cffi.cluster import LocalCluster
 
 MCL2 = Path(sys.executable).with_name("mcl2")
 pytestmark = pytest.mark.skipif(not MCL2.exists(), reason="mcl2 is not installed")
-needs_etcd = pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed")
+needs_etcd = pytest.mark.usefixtures("etcd")
 
 
 def mcl2(

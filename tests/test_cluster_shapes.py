@@ -93,7 +93,8 @@ def test_storage_nodes_each_mount_their_own_segment_on_loopback_only(
     local.kill("storage1")
     assert not local.is_running() and local.any_alive()
     status = local.status()
-    assert status["running"] is False and status["healthy"] is False
+    assert status["healthy"] is False and status["down"] == ["storage1"]
+    assert status["running"] is True and status["serving"] is True  # degraded, still serving
     assert status["leader"] == "master" and status["health"]["status"] == "ok"
     assert status["errors"] == ["storage1 process is not running"]
 
@@ -102,7 +103,7 @@ def test_storage_nodes_each_mount_their_own_segment_on_loopback_only(
     assert pid_gone(crashed) and all(pid_gone(p) for p in local.pids.values() if p)
 
 
-@pytest.mark.parametrize("metadata", ["etcd", "p2p", "master"])
+@pytest.mark.parametrize("metadata", [pytest.param("etcd", marks=pytest.mark.ha), "p2p", "master"])
 def test_each_metadata_server_serves_puts_and_gets(
     make_cluster: Callable[..., LocalCluster], metadata: str
 ) -> None:

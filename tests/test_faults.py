@@ -144,6 +144,7 @@ def test_full_lane_waits_when_configured(cluster):
         assert client.stats()["store"]["rejected"] == 0
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_under_a_submit_storm(cluster):
     cfg = cluster.client_config(per_op_workers={"lookup": 1})
     with Client(cfg, queue_capacity=64, queue_timeout=None) as client:
@@ -188,6 +189,7 @@ def test_put_larger_than_the_cluster_reports_no_space_with_sizes(make_cluster):
 # ------------------------------------------------------- integrity under load
 
 
+@pytest.mark.slow
 def test_integrity_under_mixed_load(cluster, capsys):
     """4 threads x mixed put/get/exists/remove with random values; every read verified."""
     sizes = [1, 17, 4096, 65536, 300_000, MiB, 4 * MiB]

@@ -270,7 +270,7 @@ def _analyse(report: dict[str, Any], killed_at: float) -> dict[str, Any]:
     }
 
 
-@pytest.mark.skipif(not __import__("shutil").which("etcd"), reason="etcd is not installed")
+@pytest.mark.usefixtures("etcd")
 def test_leader_killed_during_a_mixed_load(
     make_cluster: Callable[..., Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -329,7 +329,8 @@ def _mcl2(state_dir: Path, *args: str, stdin: bytes = b"") -> subprocess.Complet
     )
 
 
-@pytest.mark.skipif(not __import__("shutil").which("etcd"), reason="etcd is not installed")
+@pytest.mark.usefixtures("etcd")
+@pytest.mark.own_cluster  # `mcl2 cluster up`: no fixture marks it
 def test_mcl2_runs_an_ha_cluster_in_one_command(tmp_path: Path) -> None:
     state = tmp_path / "state"
     try:

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +26,14 @@ import pytest
 
 from mooncake_cffi.cluster import LocalCluster
 
-pytestmark = pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed")
+pytestmark = pytest.mark.usefixtures("etcd")
 
 CLOSE_LIMIT = 2.0
 
 
 @pytest.fixture(scope="module")
-def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("ha-close"), "64 MB", ha=True, masters=3, client_ttl=2
-    )
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
+def ha_cluster(etcd: str, make_module_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return make_module_cluster("64 MB", ha=True, masters=3, client_ttl=2).start()
 
 
 # In a process of its own: Mooncake keeps one etcd connection per process, so a client of

@@ -388,3 +388,117 @@ def test_async_and_l1_reads_of_an_unverified_value_raise(cluster: Any, plain: Cl
         with pytest.raises(IntegrityError):
             staged.get(k)
     plain.remove(k, force=True)
+
+
+def _drop_in(cluster: Any, monkeypatch: pytest.MonkeyPatch, integrity: str) -> Any:
+    """A drop-in store of ``cluster`` (contributing no memory) with ``integrity`` on or off."""
+    from mooncake_cffi.store import MooncakeDistributedStore
+
+    monkeypatch.setenv("MOONCAKE_CFFI_STORE_OPTIONS", f'{{"integrity": "{integrity}"}}')
+    store = MooncakeDistributedStore()
+    rc = store.setup(
+        "127.0.0.1", cluster.metadata_server, 0, 16 * MIB, "tcp", "", cluster.master_addr
+    )
+    assert rc == 0
+    return store
+
+
+def test_byte_ranges_past_a_values_own_end_answer_as_without_integrity(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each range is checked against the value's own size: past it, -600 and nothing read,
+    as the same bytes stored without integrity answer; never the trailer as data."""
+    import ctypes
+
+    stores = {
+        "verifying": _drop_in(cluster, monkeypatch, "crc32c"),
+        "plain": _drop_in(cluster, monkeypatch, "none"),
+    }
+    try:
+        answers = {}
+        for name, s in stores.items():
+            k, none = unique(), unique()
+            assert s.put(k, b"0123456789abcdef") == 0  # 16 bytes
+            mem = ctypes.create_string_buffer(128)
+            ptr = ctypes.addressof(mem)
+            assert s.register_buffer(ptr, 128) == 0
+            ranges = [
+                # (dst, src, size): past the end, the whole value, an empty range at the end,
+                # past the end by one, the last byte, a range that starts past the end
+                (0, 10, 16),
+                (20, 0, 16),
+                (40, 16, 0),
+                (41, 17, 0),
+                (42, 15, 1),
+                (50, 16, 16),
+            ]
+            got = s.get_into_ranges(
+                [ptr],
+                [[k, none]],
+                [[[r[0] for r in ranges], [60]]],
+                [[[r[1] for r in ranges], [0]]],
+                [[[r[2] for r in ranges], [4]]],
+            )
+            answers[name] = (got, mem.raw, s.get_size(k))
+            s.unregister_buffer(ptr)
+            s.remove(k, True)
+        assert answers["verifying"] == answers["plain"]
+        got, raw, size = answers["verifying"]
+        assert got == [[[-600, 16, 0, -600, 1, -600], [-704]]] and size == 16
+        assert raw[20:36] == b"0123456789abcdef" and raw[42:43] == b"f"
+        assert b"MCI1" not in raw and raw[:20] == bytes(20)
+    finally:
+        for s in stores.values():
+            s.close()
+
+
+def test_sizes_of_a_value_without_a_trailer_are_refused_on_every_path(
+    cluster: Any, verifying: Client, plain: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A value written without the option is refused by every size call as its reads are
+    (not reported 16 bytes short), whatever its length; values written with it size true."""
+    from click.testing import CliRunner
+    from mooncake_cffi.cli import cli
+
+    raw = {n: unique() for n in (1000, 16, 17, 3)}
+    for n, k in raw.items():
+        plain.put(k, value_of(n))
+    good = unique()
+    verifying.put(good, value_of(1000))
+    for k in raw.values():
+        with pytest.raises(IntegrityError):
+            verifying.get(k)
+        with pytest.raises(IntegrityError):
+            verifying.size(k)
+        with pytest.raises(IntegrityError):
+            verifying.batch_size([good, k])
+    assert verifying.size(good) == 1000 and verifying.batch_size([good]) == [1000]
+
+    async def sizes() -> None:
+        async with AsyncClient(cluster.client_config(integrity="crc32c")) as c:
+            assert await c.size(good) == 1000
+            with pytest.raises(IntegrityError):
+                await c.size(raw[1000])
+            with pytest.raises(IntegrityError):
+                await c.batch_size([raw[16]])
+
+    asyncio.run(sizes())
+    store = _drop_in(cluster, monkeypatch, "crc32c")
+    try:
+        assert store.get_size(good) == 1000
+        for k in raw.values():
+            assert store.get_size(k) == MCS_E_CORRUPT
+            assert store.get(k) == b""
+    finally:
+        store.close()
+    env = {
+        "MCL2_MASTER": cluster.master_addr,
+        "MCL2_METADATA_SERVER": cluster.metadata_server,
+        "MCL2_STATE_DIR": str(tmp_path / "no-state"),
+    }
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["--integrity", "crc32c", "stat", good], env=env)
+    assert ok.exit_code == 0 and ok.stdout == f"{good}\t1000\n", ok.output
+    bad = runner.invoke(cli, ["--integrity", "crc32c", "stat", raw[1000]], env=env)
+    assert bad.exit_code == 1 and "CORRUPT" in bad.output and "984" not in bad.output
+    plain.batch_remove([*raw.values(), good], force=True)

@@ -23,18 +23,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mooncake_cffi import topology
 from mooncake_cffi.cluster import LocalCluster
 from mooncake_cffi.topology import Topology
 
-_REASON = topology.unavailable_reason()
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
+pytestmark = pytest.mark.usefixtures("netns")
 
 SLACK = 1.0  # an answer may come this long after the call's deadline
 CUT_DEADLINE = 1.0  # op_timeout of the clients in the partition tests (seconds)
@@ -247,17 +245,18 @@ class Worker:
 
 
 @pytest.fixture(scope="module")
-def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Topology, LocalCluster]]:
+def net(
+    netns: None, make_module_cluster: Callable[..., LocalCluster]
+) -> Iterator[tuple[Topology, LocalCluster]]:
     """Master and metadata on m0, a 512 MB storage node on s0, clients on c0."""
-    d = tmp_path_factory.mktemp("link-faults")
     with Topology(hosts=["m0", "s0", "c0"]) as t:
         place = t.placement({"metadata": "m0", "master": "m0", "storage": "s0"})
-        cluster = LocalCluster(d / "c", "512 MB", placement=place, client_host=t.ip("c0"))
+        cluster = make_module_cluster("512 MB", placement=place, client_host=t.ip("c0"))
         cluster.start()
         try:
             yield t, cluster
         finally:
-            cluster.stop()
+            cluster.stop()  # before the hosts go
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -292,16 +291,6 @@ def test_an_unknown_version_loads_but_refuses_writes(cluster: LocalCluster) -> N
 
 
 # ------------------------------------------------------------- on three storage nodes
-
-
-@pytest.fixture(scope="module")
-def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("three"), "64 MB", storage_nodes=3)
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
 
 
 def replica_segments(local: LocalCluster, key: str) -> list[str]:

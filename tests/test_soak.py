@@ -155,6 +155,7 @@ def _cluster_used(cluster: LocalCluster) -> int:
     return int(AdminClient(cluster.metrics_url).metrics().summary()["memory"]["used_bytes"])
 
 
+@pytest.mark.timeout(300 + 2 * SOAK_SECONDS)  # the load runs SOAK_SECONDS, joins wait 120 s more
 def test_mixed_load_from_threads_and_asyncio_reads_back_every_acknowledged_write(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:
@@ -250,6 +251,7 @@ def test_mixed_load_from_threads_and_asyncio_reads_back_every_acknowledged_write
     assert after.rss_mib - before.rss_mib <= 128, after.minus(before)
 
 
+@pytest.mark.timeout(300 + 20 * (ROUNDS + WARMUP_ROUNDS))  # ~3 s a round here
 def test_clients_opened_and_closed_in_a_loop_leak_nothing(
     cluster_config: dict[str, Any],
 ) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,16 +24,6 @@ def replica_segments(local: LocalCluster, key: str) -> list[str]:
         return []
     doc: Any = json.loads(body)
     return [r["transport_endpoint_"] for r in (doc.get("data") or [])]
-
-
-@pytest.fixture(scope="module")
-def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("three"), "64 MB", storage_nodes=3)
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
 
 
 def _config(kind: str, **fields: Any) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,15 +21,10 @@ ms = pytest.importorskip("mooncake.store")
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def pair(make_module_cluster: Callable[..., LocalCluster]) -> Iterator[dict[str, Any]]:
     # A cluster of its own: the stacks call remove_all, which empties the whole cluster.
-    local = LocalCluster(tmp_path_factory.mktemp("stacks"), "256 MB")
-    local.start()
-    try:
-        with stores(local) as made:
-            yield made
-    finally:
-        local.stop()
+    with stores(make_module_cluster("256 MB").start()) as made:
+        yield made
 
 
 def _pool(pages: int, page_bytes: int) -> tuple[Any, int]:

@@ -42,6 +42,7 @@ PURE = {
     "integrity",
     "wheel",
     "metadata",
+    "outcome",
     "topology",
     "_source_tree",
     "_version",

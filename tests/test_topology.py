@@ -9,8 +9,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,15 +44,11 @@ print(s.recv(100).decode())
 """
 
 
-def _skip_reason() -> str | None:
-    return topology.unavailable_reason()
-
-
-needs_root = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+needs_root = pytest.mark.usefixtures("netns")
 
 
 @pytest.fixture
-def hosts() -> Iterator[Topology]:
+def hosts(netns: None) -> Iterator[Topology]:
     with Topology(hosts=["a", "b"]) as t:
         for host in ("a", "b"):
             t.run_in(host, [sys.executable, "-c", SERVER])
@@ -146,17 +143,13 @@ os._exit(0)
 
 
 @needs_root
-def test_a_cluster_on_separate_hosts(tmp_path: Path) -> None:
+def test_a_cluster_on_separate_hosts(tmp_path: Path, make_cluster: Callable[..., Any]) -> None:
     """Client here, master and metadata on m0, storage nodes on s0 and s1: data crosses real
     links; cutting the client off the storage nodes gives a typed error in time (with
     Mooncake's TCP status timeout at 2 s), healing recovers."""
-    from mooncake_cffi.cluster import LocalCluster
-
     with Topology(hosts=["m0", "s0", "s1"]) as t:
         place = t.placement({"metadata": "m0", "master": "m0", "storage": "s0", "storage1": "s1"})
-        local = LocalCluster(
-            tmp_path / "c", "32 MB", storage_nodes=2, placement=place, client_host=t.local_ip
-        )
+        local = make_cluster("32 MB", storage_nodes=2, placement=place, client_host=t.local_ip)
         try:
             local.start()
             segments = local.segments()

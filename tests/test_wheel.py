@@ -6,6 +6,7 @@ and CLI integration tests, on the oldest and newest supported wheels.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata
 import os
 import subprocess
@@ -40,7 +41,7 @@ def test_mcl2_version_names_the_wheel_in_use() -> None:
     assert f"{found.distribution} {found.version} ({found.variant}, supported)" in second
 
 
-@pytest.mark.parametrize("version", ["0.3.9", "0.3.10.post1", "0.3.14", "1.0.0", "0.3.11rc1", ""])
+@pytest.mark.parametrize("version", ["0.3.9", "0.3.10.post1", "0.3.15", "1.0.0", "0.3.11rc1", ""])
 def test_a_version_outside_the_range_is_refused_with_one_message(version: str) -> None:
     found = wheel.Wheel("mooncake-transfer-engine-non-cuda", version, "cpu", Path("/x/mooncake"))
     with pytest.raises(wheel.UnsupportedWheelError) as info:
@@ -58,13 +59,61 @@ def test_every_version_in_the_range_is_accepted(version: str) -> None:
     assert wheel.check_supported(found) is found
 
 
+def test_the_cuda13_wheel_of_0_3_14_is_accepted_and_named() -> None:
+    found = wheel.Wheel("mooncake-transfer-engine-cuda13", "0.3.14", "cuda13", Path("/x/mooncake"))
+    assert wheel.check_supported(found) is found
+    assert wheel.DISTRIBUTIONS["mooncake-transfer-engine-cuda13"] == "cuda13"
+    assert wheel.CUDA13_ONLY == ("0.3.14",)
+    # No cuda13 release of the default version exists: the fix offered is the CPU wheel.
+    newer = wheel.Wheel("mooncake-transfer-engine-cuda13", "0.3.15", "cuda13", Path("/x/m"))
+    with pytest.raises(wheel.UnsupportedWheelError) as info:
+        wheel.check_supported(newer)
+    assert f"'mooncake-transfer-engine-non-cuda=={wheel.DEFAULT_VERSION}'" in str(info.value)
+    assert "-cuda13) " in str(info.value)
+
+
+def _extension(where: Path, name: str) -> Path:
+    path = where / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    path.write_bytes(b"\x7fELF")
+    return path
+
+
+def test_the_binding_is_found_in_either_layout(tmp_path: Path) -> None:
+    """0.3.14 moved the binding to ``mooncake/_store.cpython-*.so`` and made
+    ``mooncake/store`` a package choosing an implementation; older wheels have
+    ``mooncake/store.so``.  The probe finds the extension module, never the package."""
+    old = tmp_path / "old" / "mooncake"
+    old.mkdir(parents=True)
+    (old / "store.so").write_bytes(b"\x7fELF")
+    assert wheel.find_binding(old) == old / "store.so"
+    assert wheel.Wheel("d", "0.3.13.post1", "cpu", old).store_path == old / "store.so"
+
+    new = tmp_path / "new" / "mooncake"
+    (new / "store").mkdir(parents=True)
+    (new / "store" / "__init__.py").write_text("")
+    binding = _extension(new, "_store")
+    assert wheel.find_binding(new) == binding
+    assert wheel.Wheel("d", "0.3.14", "cuda13", new).store_path == binding
+
+    # Both (a newer wheel unpacked over an older one): the newer layout wins.
+    (old / "store.so").unlink()
+    _extension(old, "store")
+    both = _extension(old, "_store")
+    assert wheel.find_binding(old) == both
+
+    empty = tmp_path / "empty" / "mooncake"
+    (empty / "store").mkdir(parents=True)
+    assert wheel.find_binding(empty) is None
+    assert wheel.Wheel("d", "0.3.14", "cuda13", empty).store_path is None
+
+
 def _fake_metadata(where: Path, version: str) -> None:
-    """Wheel metadata that claims ``version``, to put ahead of the real one on sys.path."""
-    info = where / f"mooncake_transfer_engine_non_cuda-{version}.dist-info"
+    """Metadata of the installed wheel's distribution that claims ``version``, to put ahead of
+    the real one on sys.path."""
+    name = wheel.detect().distribution
+    info = where / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: mooncake-transfer-engine-non-cuda\nVersion: {version}\n"
-    )
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
 def test_client_refuses_an_unsupported_wheel_before_touching_mooncake(tmp_path: Path) -> None:
@@ -112,7 +161,9 @@ def test_mcl2_reports_an_unsupported_wheel_in_one_line(tmp_path: Path) -> None:
 
 
 def test_store_so_is_probed_for_the_libraries_it_needs() -> None:
-    needed = wheel.needed_libraries(wheel.detect().store_path)
+    binding = wheel.detect().store_path
+    assert binding is not None and str(binding) == wheel.store_so_path()
+    needed = wheel.needed_libraries(binding)
     assert "libibverbs.so.1" in needed
     assert wheel.needed_libraries(Path(__file__)) == []
 

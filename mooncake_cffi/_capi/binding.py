@@ -61,7 +61,9 @@ except ImportError:  # e.g. a cffi runtime older than the one that built the pac
     PRECOMPILED = False
 
 try:
-    lib: Any = ffi.dlopen(str(_library_path()))
+    # RTLD_GLOBAL: store.so, loaded after it, takes the shim's replica choice
+    # (shim/src/replica_choice.hpp); the shim exports nothing else but mcs_* names.
+    lib: Any = ffi.dlopen(str(_library_path()), ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
 except OSError as exc:  # pragma: no cover - broken installation
     raise ImportError(
         f"cannot load the mooncake-cffi shim {_library_path()}: {exc}; "
@@ -141,7 +143,9 @@ def ensure_mooncake_loaded() -> None:
                 raise ImportError(
                     f"{found.distribution or 'Mooncake'} {found.version}: {path} does not load "
                     f"({message}). It needs the system libraries libibverbs1, libnuma1 and "
-                    "libcurl4; the CUDA wheel (mooncake-transfer-engine) also needs libcuda.so.1 "
-                    f"(on a CPU-only machine: {wheel.install_command('cpu')})"
+                    "libcurl4 (0.3.14 also libmlx5.so.1, from ibverbs-providers); the CUDA "
+                    "wheels (mooncake-transfer-engine, mooncake-transfer-engine-cuda13) also "
+                    "need the NVIDIA driver's libcuda.so.1 (on a CPU-only machine: "
+                    f"{wheel.install_command('cpu')})"
                 )
             raise wheel.unsupported(found, f"loading it failed: {message}")

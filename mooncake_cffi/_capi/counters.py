@@ -13,7 +13,7 @@ from .. import status
 from ..status import LANE_OPS, LANES, OPS
 from .binding import check, ffi, lib
 
-__all__ = ["integrity_stats", "lane_stats", "op_stats"]
+__all__ = ["integrity_stats", "lane_stats", "op_stats", "replica_choice_stats"]
 
 _LANE_FIELDS = (
     "workers",
@@ -126,4 +126,17 @@ def integrity_stats(handle: Any) -> dict[str, int | bool]:
     check(lib.mcs_client_integrity_stats(handle, st))
     out: dict[str, int | bool] = {"enabled": bool(st.enabled)}
     out.update({f: int(getattr(st, f)) for f in _INTEGRITY_FIELDS})
+    return out
+
+
+_CHOICE_FIELDS = ("suspects", "choices", "fallbacks", "marked", "retries", "recovered")
+
+
+def replica_choice_stats() -> dict[str, int | bool]:
+    """The process's read-failover counters (see :mod:`mooncake_cffi.failover`)."""
+    st = ffi.new("struct mcs_replica_choice_stats *")
+    st.struct_size = ffi.sizeof("struct mcs_replica_choice_stats")
+    check(lib.mcs_replica_choice_stats(st))
+    out: dict[str, int | bool] = {"active": bool(st.active), "seen": bool(st.seen)}
+    out.update({f: int(getattr(st, f)) for f in _CHOICE_FIELDS})
     return out

@@ -33,6 +33,7 @@ __all__ = [
     "pack_keys",
     "refused",
     "results_list",
+    "sent_bytes",
 ]
 
 _BATCH_SIZE = ffi.sizeof("struct mcs_batch")
@@ -452,3 +453,16 @@ def checked_sizes(sizes: Sequence[int], capacities: list[int]) -> list[int]:
             )
         out.append(s)
     return out
+
+
+def sent_bytes(packed: Any, i: int) -> bytes | None:
+    """The bytes key ``i`` of a packed PUT / UPSERT batch sends (its parts joined), read
+    from the batch's buffers; None when it has none."""
+    b = packed.batch
+    if b.bufs == ffi.NULL:
+        return None
+    if b.part_counts == ffi.NULL:
+        return bytes(ffi.buffer(b.bufs[i], b.sizes[i]))
+    first = sum(int(b.part_counts[k]) for k in range(i))
+    count = int(b.part_counts[i])
+    return b"".join(bytes(ffi.buffer(b.bufs[j], b.sizes[j])) for j in range(first, first + count))

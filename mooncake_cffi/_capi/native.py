@@ -14,12 +14,16 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import sys
 import threading
+import time
 import weakref
 from typing import Any
 
 from ..config import StoreConfig
 from ..errors import ClosedError
+from ..outcome import WriteLedger
+from ..sizes import parse_size
 from ..status import MCS_E_CLOSED
 from ..wheel import adapt_setup_config
 from . import binding, counters
@@ -35,6 +39,15 @@ SCRATCH_BYTES = 256 * 1024
 _live: weakref.WeakSet[NativeClient] = weakref.WeakSet()
 
 
+#: Whether a client that contributed a segment was closed: its teardown may still run in the
+#: background (an HA client's), and the process's exit then waits for it.
+_segment_closed = False
+#: Slices of the exit's wait for background teardowns, so that Ctrl-C ends it at once.
+_EXIT_WAIT_SLICE_MS = 100
+#: At most this long (the shim's own exit handler waits for whatever is left).
+_EXIT_WAIT_LIMIT_S = 31.0
+
+
 @atexit.register
 def _close_all() -> None:  # pragma: no cover - runs at interpreter exit
     for native in list(_live):
@@ -42,6 +55,34 @@ def _close_all() -> None:  # pragma: no cover - runs at interpreter exit
             native.close()
         except Exception:
             pass
+    wait_for_teardowns_at_exit()
+
+
+def wait_for_teardowns_at_exit() -> None:
+    """Wait, at interpreter exit, for the background teardowns of closed clients that
+    contributed a segment (Mooncake unmounts it at their end; up to 30 s after an HA close),
+    in slices, so that Ctrl-C ends the wait at once: the process then says what it cut short
+    and leaves with status 130 (the master drops the segment when the client's TTL passes)."""
+    if not _segment_closed or lib.mcs_teardowns_pending() <= 0:
+        return
+    deadline = time.monotonic() + _EXIT_WAIT_LIMIT_S
+    try:
+        while time.monotonic() < deadline:
+            if lib.mcs_teardowns_wait(_EXIT_WAIT_SLICE_MS) == 0:
+                return
+    except KeyboardInterrupt:
+        left = max(0, int(lib.mcs_teardowns_pending()))
+        try:
+            sys.stderr.write(
+                f"mooncake_cffi: interrupted at exit while waiting for {left} client "
+                "teardown(s) to unmount their segments: cut short; the master drops those "
+                "segments when the clients' TTL passes\n"
+            )
+            sys.stderr.flush()
+            sys.stdout.flush()
+        except Exception:
+            pass
+        os._exit(130)
 
 
 def shorten_mooncake_timeouts(op_timeout: float) -> None:
@@ -72,6 +113,12 @@ def _seconds_ms(name: str, value: object, *, none_ms: int, limit_s: float) -> in
     if not math.isfinite(value) or not 0 <= value <= limit_s:
         raise ValueError(f"{name} must be None or seconds from 0 to {limit_s:g}, not {value!r}")
     return int(value * 1000)
+
+
+def positive_seconds(value: object, limit: float) -> bool:
+    """Whether ``value`` is a number of seconds above 0 and at most ``limit`` (not a bool,
+    a string or NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= limit
 
 
 #: The longest wait a millisecond count in the shim's int32 fields can hold (24.8 days).
@@ -131,6 +178,8 @@ class NativeClient:
         self.pending: dict[int, tuple[Packed, Any]] = {}
         #: Batches of blocking calls that timed out: id -> what the shim still borrows.
         self.orphans: dict[int, Packed] = {}
+        #: Timed-out writes, for their outcomes (:mod:`.outcome`).
+        self.writes = WriteLedger()
         self._closed = False
         #: Per-thread memory (:class:`ThreadState` as ``tls.state``; see :meth:`thread`).
         self.tls = threading.local()
@@ -268,6 +317,16 @@ class NativeClient:
         # In a forked child the shim only marks the parent's client closed.
         lib.mcs_client_close(handle)
         _live.discard(self)
+        if self._contributes_segment():
+            global _segment_closed
+            _segment_closed = True
+
+    def _contributes_segment(self) -> bool:
+        size = self.config.setup_config.get("global_segment_size")
+        try:
+            return size is None or parse_size(size) != 0  # Mooncake's default: 16 MiB
+        except ValueError:
+            return True
 
     def close_for_exit(self) -> str:
         """Close without Mooncake's own teardown, for a process about to ``os._exit``; the

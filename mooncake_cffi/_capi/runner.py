@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ClosedError, MooncakeTimeoutError, error_for
+from ..outcome import PendingWrite
 from ..status import MCS_E_CLOSED, MCS_E_TIMEOUT, OP_GET, OP_GET_BUFFER, OPS
 from . import binding
 from .binding import check, ffi, lib
@@ -175,11 +176,19 @@ class Runner:
 
     # ------------------------------------------------------------ private batches
 
-    def run_packed(self, packed: Packed, timeout_ms: int, what: str = "") -> int:
+    def run_packed(
+        self,
+        packed: Packed,
+        timeout_ms: int,
+        what: str = "",
+        pending_write: Callable[[Packed, int], PendingWrite | None] | None = None,
+    ) -> int:
         """Run a private batch with a deadline of ``timeout_ms`` (0: none); its id (for a
         GET_BUFFER's release).  Raises if it did not run: MooncakeTimeoutError (carrying the
         batch id; the shim goes on with the batch, kept here until it completes), else the
-        refusal's error (:func:`~.marshal.refused`)."""
+        refusal's error (:func:`~.marshal.refused`).  ``pending_write(packed, id)`` makes
+        the handle on a timed-out write's outcome that the error carries (its ``write``),
+        kept in the client's ledger of timed-out writes."""
         native = self.native
         if native.orphans:
             self.reap()
@@ -191,9 +200,14 @@ class Runner:
         if rc == MCS_E_TIMEOUT:
             msg = binding.last_error()
             batch_id = int(idp[0])
+            write = None if pending_write is None else pending_write(packed, batch_id)
             with native.lock:  # the shim still uses the batch: keep it until it completes
                 native.orphans[batch_id] = packed
-            raise MooncakeTimeoutError(rc, f"{what + ': ' if what else ''}{msg}", None, batch_id)
+                if write is not None:
+                    native.writes.add(write)
+            raise MooncakeTimeoutError(
+                rc, f"{what + ': ' if what else ''}{msg}", None, batch_id, write
+            )
         raise refused(rc, packed.keys)
 
     def get_buffer(self, keys: list[Any], timeout_ms: int, what: str = "get") -> tuple[Packed, int]:
@@ -247,9 +261,12 @@ class Runner:
             for i in range(k):
                 c = out[i]
                 bid = int(c.id)
-                if c.timed_out:  # a blocking call gave up on it: nobody to tell
-                    native.orphans.pop(bid, None)
+                if c.timed_out:  # a blocking call gave up on it: only its outcome to tell
+                    orphan = native.orphans.pop(bid, None)
                     lib.mcs_client_release(handle, bid)
+                    native.writes.ended(
+                        bid, None if orphan is None else orphan.unpack(), int(c.status)
+                    )
                     continue
                 packed, user = native.pending.pop(bid, (None, None))
                 results = packed.unpack() if packed is not None else []

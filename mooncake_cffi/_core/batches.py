@@ -19,8 +19,10 @@ from .._capi.completion import Completion
 from .._capi.marshal import Packed, as_list
 from .._capi.native import NativeClient
 from .._capi.runner import Runner
+from ..outcome import KeyOutcome
 from ..status import FLAG_FORCE, FLAG_SKIP_EXISTING, OP_CODES, OP_GET, OPS
 from .plans import Step
+from .types import Key
 
 if TYPE_CHECKING:
     from ..replica import ReplicateConfig
@@ -122,6 +124,13 @@ class Batches:
         if batch_id in native.orphans:
             self.reap()
         return batch_id not in native.orphans and batch_id not in native.pending
+
+    def write_outcome(self, keys: Sequence[Key], timeout: float | None = 0.0) -> list[KeyOutcome]:
+        """What the latest timed-out write of each of ``keys`` on this client did, for a
+        caller who no longer holds its :class:`~mooncake_cffi.MooncakeTimeoutError` (the
+        drop-in's callers see only ``-901``): see
+        :meth:`mooncake_cffi.outcome.WriteLedger.outcome`."""
+        return self.native.writes.outcome(as_list(keys), timeout)
 
     @property
     def pending(self) -> int:

@@ -28,9 +28,11 @@ from .._capi.marshal import (
     pack_keys,
     refused,
     results_list,
+    sent_bytes,
 )
 from .._capi.native import NativeClient
 from ..errors import InvalidArgumentError, MooncakeError, MooncakeTimeoutError, error_for
+from ..outcome import UNREADABLE, PendingWrite
 from ..retry import RetryPolicy
 from ..status import (
     INVALID_PARAMS,
@@ -38,12 +40,14 @@ from ..status import (
     OBJECT_NOT_FOUND,
     OP_GET,
     OP_GET_BUFFER,
+    OP_PUT,
+    OP_UPSERT,
     OPS,
     describe,
     is_retryable,
 )
 from .batches import Batches
-from .plans import Deadline, Plan, Sleep, Step, call_limit, retry_plan
+from .plans import Deadline, Plan, Sleep, Step, batch_get_plan, call_limit, retry_plan
 from .types import DEFAULT, Timeout
 
 __all__ = ["BlockingCalls", "NEEDS_PLAN"]
@@ -101,7 +105,30 @@ class BlockingCalls:
 
     def run_packed(self, packed: Packed, timeout: Timeout = DEFAULT, what: str = "") -> int:
         """Run a packed batch; its id (for GET_BUFFER's release).  Raises if it did not run."""
-        return self.runner.run_packed(packed, self.deadline_ms(timeout), what)
+        return self.runner.run_packed(packed, self.deadline_ms(timeout), what, self.pending_write)
+
+    def pending_write(self, packed: Packed, batch_id: int) -> PendingWrite | None:
+        """The handle on a timed-out PUT / UPSERT batch's outcome (None for other ops)."""
+        op = int(packed.batch.op)
+        if op not in (OP_PUT, OP_UPSERT):
+            return None
+        return PendingWrite(
+            OPS[op],
+            packed.keys,
+            batch_id,
+            lambda i: sent_bytes(packed, i),
+            self.read_back,
+            self.batches.reap,
+        )
+
+    def read_back(self, key: Any) -> Any:
+        """The value of ``key`` now (None if missing, :data:`~mooncake_cffi.outcome.
+        UNREADABLE` if it cannot be read), within the client's deadline: what a timed-out
+        write's outcome compares with the bytes it sent."""
+        try:
+            return self.drive(batch_get_plan([key]), DEFAULT)[0]
+        except MooncakeError:
+            return UNREADABLE
 
     def run(
         self,

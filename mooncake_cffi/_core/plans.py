@@ -11,6 +11,9 @@ error codes into exceptions.  Pure: nothing here touches the native library.
 
 from __future__ import annotations
 
+import errno
+import os
+import resource
 import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -30,6 +33,7 @@ from ..status import (
     OP_SIZE,
     PUT_EXISTED,
     REPLICA_IS_NOT_READY,
+    TRANSFER_FAIL,
     describe,
     is_retryable,
 )
@@ -135,13 +139,29 @@ class Deadline:
         if self.step_ms == max(1, round(self.limit * 1000)):
             return exc  # the step had the whole deadline: the message already names it
         note = f"{exc.message}; the call's deadline: {self.limit:g} s"
-        return MooncakeTimeoutError(exc.code, note, exc.results, exc.batch_id)
+        return MooncakeTimeoutError(exc.code, note, exc.results, exc.batch_id, exc.write)
 
 
 def segment_note(config: Any) -> str:
     """What a NO_AVAILABLE_HANDLE message says about the client's own segment."""
     gss = config.setup_config.get("global_segment_size", "16 MiB (default)")
     return f" (this client contributes global_segment_size={gss})"
+
+
+def fd_note() -> str:
+    """ "; the process has no free file descriptors ..." when none can be opened, else ""."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.EMFILE:
+            return ""
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return (
+            f"; the process has no free file descriptors (limit {limit}): close clients or "
+            "raise the limit (ulimit -n)"
+        )
+    os.close(fd)
+    return ""
 
 
 def raise_key_errors(
@@ -158,6 +178,8 @@ def raise_key_errors(
     for i, (k, r) in enumerate(zip(keys, results)):
         if r < 0 and r not in allowed:
             msg = f"key {k!r}: {describe(r)}"
+            if r == TRANSFER_FAIL:
+                msg += fd_note()  # a transfer that found no free fd is no dead node
             if r == NO_AVAILABLE_HANDLE and sizes is not None:
                 msg = (
                     f"key {k!r}: no space for {sizes[i]} bytes in the cluster's memory "

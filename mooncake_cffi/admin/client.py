@@ -97,6 +97,12 @@ class AdminClient:
 
     def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         text = url.strip()
+        bad = next((c for c in text if c.isspace() or ord(c) < 32 or ord(c) == 127), None)
+        if bad is not None:
+            what = "white space" if bad.isspace() else "a control character"
+            raise ValueError(
+                f"admin URL {url!r} contains {what} ({bad!r}): it must look like http://HOST:PORT"
+            )
         if "://" not in text:
             text = "http://" + text
         parsed = urllib.parse.urlsplit(text)

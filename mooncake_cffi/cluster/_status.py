@@ -200,13 +200,15 @@ def report(c: Any) -> dict[str, Any]:
             probes[index] = got
             entry["role"] = (got or {}).get("role", "master" if got else None)
         result["processes"][role] = entry
-    result["running"] = all(p["alive"] for p in result["processes"].values())
     result["down"] = [role for role, p in result["processes"].items() if not p["alive"]]
     for role in result["down"]:
         errors.append(f"{role} process is not running")
     serving = leader(c, probes)
     problem = serving_problem(c, gone=result["down"], probed=(serving,))
     result["serving"] = problem is None
+    # Running: every process is up, or the cluster serves all the same (degraded, `down`
+    # says what is missing), so that "running" never contradicts "serving".
+    result["running"] = result["serving"] or not result["down"]
     if problem is not None:
         result["serving_problem"] = problem
     if serving is None:
@@ -216,7 +218,7 @@ def report(c: Any) -> dict[str, Any]:
     result["metrics_url"] = c.master_metrics_url(serving)
     answered = fill(admin(c, serving), result, errors)
     result["healthy"] = bool(
-        result["running"]
+        not result["down"]
         and answered
         and result["health"] is not None
         and result["health"].get("status", "ok") == "ok"

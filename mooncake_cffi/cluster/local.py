@@ -460,7 +460,9 @@ class LocalCluster:
     def status(self) -> dict[str, Any]:
         """Every process, the leader, health, keys, memory and segments, as plain data;
         ``down`` lists the roles not running and ``serving`` says whether clients can still
-        use the cluster (``serving_problem`` says why not, as :meth:`serving_problem` does).
+        use the cluster (``serving_problem`` says why not, as :meth:`serving_problem` does);
+        ``running`` is true when every process runs or the cluster serves all the same
+        (degraded), so it never contradicts ``serving``; ``healthy`` needs every process.
 
         Never raises for an unreachable master: fields that could not be read are None and
         the reasons are listed under ``errors``.

@@ -404,10 +404,15 @@ class StoreCalls:
             return repair.batch_refused(f.rc, keys, answer, run, bad, reverse=op == OP_UPSERT)
 
     def put_parts(self, op: int, key: Any, parts: Sequence[Any], config: Any) -> int:
-        """One value from several bytes-like parts, stored one after another."""
-        if not parts or not self.copies:
+        """One value from several bytes-like parts, stored one after another.  As Mooncake's:
+        empty parts add nothing, and a value with no bytes at all (no parts, or only empty
+        ones) answers 0 and stores nothing (an existing value stays)."""
+        if not self.copies:
             return INVALID_PARAMS
-        return self.put_parts_many(op, [key], [parts], config)[0]
+        kept = [p for p in parts if memoryview(p).nbytes]
+        if not kept:
+            return 0
+        return self.put_parts_many(op, [key], [kept], config)[0]
 
     # ------------------------------------------------------------ values out
 

@@ -5,8 +5,10 @@ metadata_server, global_segment_size, local_buffer_size, protocol, rdma_devices,
 master_server_addr``, then optional ``engine, enable_ssd_offload, ssd_offload_path,
 tenant_id, enable_client_http_server, client_http_port``) and ``setup(config: dict)``, whose
 values become strings (``str(value)``) for Mooncake's own parser (sizes such as
-``"32 MB"``).  Arguments of the wrong type raise the TypeError pybind11 raises; everything
-else comes back as Mooncake's code.  Both forms become one setup dict for the shim.
+``"32 MB"``).  Arguments of the wrong type raise the TypeError pybind11 raises; a
+``local_hostname`` with white space and a bad value of this package's keys raise ValueError
+naming the key (Mooncake would take them); everything else comes back as Mooncake's code.
+Both forms become one setup dict for the shim.
 
 The dict also takes this package's keys, which Mooncake never sees: ``num_workers`` and
 ``per_op_workers`` (the lanes), ``op_timeout`` (a deadline for every call), ``connect_timeout``
@@ -138,12 +140,16 @@ SETUP_DOC = (
 
 
 class SetupConfig(StoreConfig):
-    """The drop-in's StoreConfig: setup refuses nothing in Python (a ``host:port`` in
-    ``local_hostname`` included, which Mooncake's own setup takes); Mooncake and the shim
-    judge the keys, and the drop-in returns their codes."""
+    """The drop-in's StoreConfig: setup refuses in Python only a ``local_hostname`` with white
+    space (ValueError, as :class:`~mooncake_cffi.Client` does; Mooncake's own setup takes it
+    and registers a name no peer can reach); a ``host:port`` there is taken, as Mooncake
+    takes it.  Mooncake and the shim judge the other keys, and the drop-in returns their
+    codes."""
 
     def check_connectable(self) -> None:
-        return None
+        host = str(self.setup_config.get("local_hostname", ""))
+        if any(ch.isspace() or ord(ch) < 0x20 for ch in host):
+            raise ValueError(f"local_hostname {host!r} is empty or contains white space")
 
 
 def _refuse(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> TypeError:

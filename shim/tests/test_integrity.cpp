@@ -48,14 +48,16 @@ public:
 
 struct Verifying {
     RangeStore *store;
+    mcs::Backend *verifier;  // owned by the engine
     std::shared_ptr<mcs::IntegrityCounters> counters = std::make_shared<mcs::IntegrityCounters>();
     std::unique_ptr<mcs::Engine> engine;
     Verifying() {
         auto s = std::make_unique<RangeStore>();
         store = s.get();
         mcs_lanes lanes{};
-        engine = std::make_unique<mcs::Engine>(mcs::make_integrity_backend(std::move(s), counters),
-                                               &lanes);
+        auto v = mcs::make_integrity_backend(std::move(s), counters);
+        verifier = v.get();
+        engine = std::make_unique<mcs::Engine>(std::move(v), &lanes);
     }
     int run(int op, const Keys &k, void *const *bufs, const uint64_t *sizes, int64_t *res,
             int flags = 0, const uint32_t *parts = nullptr) {
@@ -178,10 +180,12 @@ void test_a_value_without_a_trailer_is_corrupt_not_returned() {
     CHECK(f.get("plain", got, 5000) == MCS_E_CORRUPT);
     CHECK(f.get("plain", got, 1 << 20) == MCS_E_CORRUPT);
     CHECK(f.get("tiny", got, 100) == MCS_E_CORRUPT);
-    Keys k({"tiny"});
-    int64_t res[1] = {-1};
+    // Sizes are refused as the reads are, whatever the stored length.
+    Keys k({"tiny", "plain"});
+    int64_t res[2] = {-1, -1};
     CHECK(f.run(MCS_OP_SIZE, k, nullptr, nullptr, res) == MCS_OK);
     CHECK(res[0] == MCS_E_CORRUPT);
+    CHECK(res[1] == MCS_E_CORRUPT);
     CHECK(f.counters->retried >= 4);
     CHECK(f.counters->failed >= 3);
 }
@@ -261,6 +265,28 @@ void test_skip_existing_puts_tell_the_first_writer_from_the_trailer() {
     CHECK(got == first);
 }
 
+void test_byte_ranges_stop_at_the_values_own_end() {
+    Verifying f;
+    f.put("k", "0123456789abcdef");  // 16 bytes, then the trailer
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["plain"] = value_of(64, 'p');
+    }
+    char buf[64] = {};
+    mcs::StrVec keys{"k", "plain", "none"};
+    std::vector<std::vector<std::vector<size_t>>> dst{{{0, 20, 40, 50}, {0}, {0}}},
+        src{{{10, 0, 16, 17}, {0}, {0}}}, len{{{16, 16, 0, 0}, {4}, {4}}};
+    auto r = f.verifier->get_into_ranges({buf}, {keys}, dst, src, len);
+    CHECK(r.size() == 1 && r[0].size() == 3);
+    // Past the end (10+16 > 16, 17 > 16): -600 and nothing written; up to it: read.
+    CHECK((r[0][0] == std::vector<int64_t>{-600, 16, 0, -600}));
+    CHECK(std::string(buf + 20, 16) == "0123456789abcdef");
+    CHECK(std::string(buf, 20) == std::string(20, '\0'));
+    CHECK(std::string(buf + 36, 28) == std::string(28, '\0'));
+    CHECK((r[0][1] == std::vector<int64_t>{MCS_E_CORRUPT}));  // no trailer: refused
+    CHECK((r[0][2] == std::vector<int64_t>{-704}));
+}
+
 }  // namespace
 
 int main() {
@@ -277,5 +303,6 @@ int main() {
          test_a_read_that_verifies_on_a_retry_is_returned},
         {"skip_existing_puts_tell_the_first_writer_from_the_trailer",
          test_skip_existing_puts_tell_the_first_writer_from_the_trailer},
+        {"byte_ranges_stop_at_the_values_own_end", test_byte_ranges_stop_at_the_values_own_end},
     });
 }

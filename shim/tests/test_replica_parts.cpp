@@ -168,7 +168,8 @@ void test_replicate_config_layouts() {
     CHECK(mcs::layout_for_version("0.3.11.post1") == Layout::k0311);
     CHECK(mcs::layout_for_version("0.3.12") == Layout::k0312);
     CHECK(mcs::layout_for_version("0.3.13.post1") == Layout::k0313);
-    CHECK(mcs::layout_for_version("0.3.14") == Layout::kUnknown);
+    CHECK(mcs::layout_for_version("0.3.14") == Layout::k0314);
+    CHECK(mcs::layout_for_version("0.3.15") == Layout::kUnknown);
     CHECK(mcs::layout_for_version("") == Layout::kUnknown);
     constexpr int U = MCS_E_UNSUPPORTED;
     auto nof = [](mcs::ReplicaOptions &o) { o.nof_replica_num = 1; };
@@ -191,6 +192,7 @@ void test_replicate_config_layouts() {
     CHECK(supported_code(Layout::k0311, groups) == U && supported_code(Layout::k0312, groups) == 0);
     CHECK(supported_code(Layout::k0312, dfs) == U && supported_code(Layout::k0313, dfs) == 0);
     CHECK(supported_code(Layout::k0312, ttl) == U && supported_code(Layout::k0313, ttl) == 0);
+    CHECK(supported_code(Layout::k0314, dfs) == 0 && supported_code(Layout::k0314, ttl) == 0);
     CHECK(supported_code(Layout::kUnknown, pin) == U);
 
     // Each layout is built, compared with itself and assigned without leaks or faults.
@@ -200,7 +202,7 @@ void test_replicate_config_layouts() {
     o.preferred_segments = {"a:1", std::string(100, 'x')};
     o.preferred_segment = "b:2";
     mcs::StrVec gids = {"g", ""};
-    for (Layout l : {Layout::k0310, Layout::k0311, Layout::k0312, Layout::k0313}) {
+    for (Layout l : {Layout::k0310, Layout::k0311, Layout::k0312, Layout::k0313, Layout::k0314}) {
         int diffs = -1;
         std::vector<char> copy;
         mcs::with_replicate_config(l, o, l >= Layout::k0312 ? &gids : nullptr, [&](const void *rc) {

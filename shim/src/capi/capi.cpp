@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
 
 #include "../engine/reaper.hpp"
+#include "../mooncake/replica_choice.hpp"
 
 namespace {
 
@@ -298,6 +300,29 @@ int mcs_client_close_for_exit(mcs_client *c) {
 
 int mcs_teardowns_pending(void) {
     return guarded([] { return mcs::background_teardowns(); });
+}
+
+int mcs_replica_choice_stats(struct mcs_replica_choice_stats *out) {
+    return guarded([&] {
+        if (!out) throw mcs::Error(MCS_E_INVALID_ARG, "out is NULL");
+        if (out->struct_size < offsetof(struct mcs_replica_choice_stats, choices))
+            throw mcs::Error(MCS_E_INVALID_ARG,
+                             "out->struct_size is " + std::to_string(out->struct_size) +
+                                 ": set it to sizeof(struct mcs_replica_choice_stats)");
+        mcs::ReplicaChoiceCounters c = mcs::replica_choice_counters();
+        struct mcs_replica_choice_stats full {};
+        full.struct_size = uint32_t(std::min<size_t>(out->struct_size, sizeof full));
+        full.active = c.active ? 1 : 0;
+        full.seen = c.seen ? 1 : 0;
+        full.suspects = c.suspects;
+        full.choices = c.choices;
+        full.fallbacks = c.fallbacks;
+        full.marked = c.suspects_marked;
+        full.retries = c.retries;
+        full.recovered = c.recovered;
+        std::memcpy(out, &full, full.struct_size);
+        return MCS_OK;
+    });
 }
 
 int mcs_teardowns_wait(int timeout_ms) {

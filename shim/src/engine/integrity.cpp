@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "crc32c.hpp"
 
@@ -189,10 +190,34 @@ public:
         return out;
     }
 
+    // The value's own size, once the 16 bytes at the end of what is stored
+    // read as a trailer (its magic: the CRC needs the whole value).  A value
+    // without one, written without the option or shorter than a trailer, is
+    // refused as its reads are: re-read after the same pauses, then
+    // MCS_E_CORRUPT.
     int64_t size(const std::string &key) override {
-        int64_t s = inner_->size(key);
-        if (s < 0) return s;
-        return s < int64_t(kTrailerSize) ? int64_t(MCS_E_CORRUPT) : s - int64_t(kTrailerSize);
+        for (size_t attempt = 0;; attempt++) {
+            const int64_t s = inner_->size(key);
+            if (s < 0) return s;
+            int64_t v = kBad;
+            if (s >= int64_t(kTrailerSize)) {
+                const size_t at = size_t(s) - kTrailerSize;
+                std::vector<Trailer> t(1);
+                v = read_tails(StrVec{key}, {at}, t).at(0);
+                if (v == int64_t(kTrailerSize))
+                    v = t[0].magic == kTrailerMagic ? int64_t(at) : kBad;
+                else if (v == -600 || v >= 0)
+                    v = kBad;  // the value changed size meanwhile: sized again
+            }
+            if (v != kBad) return v;
+            if (attempt == std::size(kRetryPauseMs)) {
+                n_->failed++;
+                return MCS_E_CORRUPT;
+            }
+            n_->retried++;
+            if (int pause = kRetryPauseMs[attempt])
+                std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+        }
     }
 
     // ------------------------------------------------- passed through
@@ -212,13 +237,65 @@ public:
     int health_check() override { return inner_->health_check(); }
     int register_buffer(void *p, size_t s) override { return inner_->register_buffer(p, s); }
     int unregister_buffer(void *p) override { return inner_->unregister_buffer(p); }
-    // Byte ranges are the caller's own reads of a value's bytes: not verified.
+    // Byte ranges are the caller's own reads of a value's bytes, not
+    // verified, but checked against the value's own size (size(): a value
+    // without a trailer is refused).  A range past it is answered -600
+    // without being read, as Mooncake answers a range past a value's end;
+    // the others are read as they are.  A key that cannot be sized is left
+    // to Mooncake's answer.
     std::vector<std::vector<std::vector<int64_t>>> get_into_ranges(
         const std::vector<void *> &bufs, const std::vector<StrVec> &keys,
         const std::vector<std::vector<std::vector<size_t>>> &dst,
         const std::vector<std::vector<std::vector<size_t>>> &src,
         const std::vector<std::vector<std::vector<size_t>>> &sizes) override {
-        return inner_->get_into_ranges(bufs, keys, dst, src, sizes);
+        using Nest = std::vector<std::vector<std::vector<size_t>>>;
+        std::unordered_map<std::string, int64_t> own;
+        const size_t nb = keys.size();
+        std::vector<std::vector<std::vector<int64_t>>> out(nb);
+        Nest d2(nb), s2(nb), z2(nb);
+        bool any = false;
+        for (size_t b = 0; b < nb; b++) {
+            out[b].resize(keys[b].size());
+            d2[b].resize(keys[b].size());
+            s2[b].resize(keys[b].size());
+            z2[b].resize(keys[b].size());
+            for (size_t j = 0; j < keys[b].size(); j++) {
+                const size_t m = dst[b][j].size();
+                if (src[b][j].size() != m || sizes[b][j].size() != m) return {};
+                out[b][j].assign(m, MCS_E_INTERNAL);
+                if (!m) continue;
+                auto found = own.find(keys[b][j]);
+                if (found == own.end()) found = own.emplace(keys[b][j], size(keys[b][j])).first;
+                const int64_t v = found->second;
+                for (size_t k = 0; k < m; k++) {
+                    const size_t from = src[b][j][k], len = sizes[b][j][k];
+                    if (v == MCS_E_CORRUPT) {
+                        out[b][j][k] = MCS_E_CORRUPT;
+                    } else if (v >= 0 && (from > uint64_t(v) || len > uint64_t(v) - from)) {
+                        out[b][j][k] = -600;
+                    } else {
+                        d2[b][j].push_back(dst[b][j][k]);
+                        s2[b][j].push_back(from);
+                        z2[b][j].push_back(len);
+                        any = true;
+                    }
+                }
+            }
+        }
+        if (!any) return out;
+        auto r = inner_->get_into_ranges(bufs, keys, d2, s2, z2);
+        for (size_t b = 0; b < nb; b++) {
+            for (size_t j = 0; j < keys[b].size(); j++) {
+                size_t q = 0;  // position among the ranges passed on
+                for (int64_t &v : out[b][j]) {
+                    if (v != MCS_E_INTERNAL) continue;
+                    const bool have = b < r.size() && j < r[b].size() && q < r[b][j].size();
+                    v = have ? r[b][j][q] : int64_t(-600);
+                    q++;
+                }
+            }
+        }
+        return out;
     }
     void teardown() override { inner_->teardown(); }
     std::chrono::milliseconds teardown_wait() const override { return inner_->teardown_wait(); }
@@ -264,42 +341,60 @@ private:
     std::vector<int64_t> read_trailers(const StrVec &keys, const std::vector<size_t> &sent,
                                        const std::vector<size_t> &total,
                                        const std::vector<Trailer> &tr) {
-        std::vector<int64_t> out;
-        out.reserve(sent.size());
+        StrVec k;
+        std::vector<size_t> at;
+        for (size_t j : sent) {
+            k.push_back(keys[j]);
+            at.push_back(total[j]);
+        }
+        std::vector<Trailer> seen(sent.size());
+        std::vector<int64_t> out = read_tails(k, at, seen);
+        for (size_t m = 0; m < sent.size(); m++) {
+            const Trailer &t = seen[m], &mine = tr[sent[m]];
+            int64_t &v = out[m];
+            if (v == int64_t(kTrailerSize))
+                v = t.magic == mine.magic && t.nonce == mine.nonce && t.crc == mine.crc;
+            else if (v >= 0)
+                v = MCS_E_INTERNAL;
+        }
+        return out;
+    }
+
+    // The 16 bytes at offset at[i] of keys[i] into out[i]: per key the
+    // store's answer for that range (16, or a negative code; -600: the value
+    // ends before).  Read through a scratch region registered with the store
+    // once.
+    std::vector<int64_t> read_tails(const StrVec &keys, const std::vector<size_t> &at,
+                                    std::vector<Trailer> &out) {
+        std::vector<int64_t> res;
+        res.reserve(keys.size());
         std::lock_guard<std::mutex> lk(scratch_mu_);
         if (!scratch_) {
             auto mem = std::make_unique<Trailer[]>(kScratchSlots);
             int rc = inner_->register_buffer(mem.get(), kScratchSlots * kTrailerSize);
-            if (rc) throw Error(rc, "registering the first-writer check's scratch buffer failed");
+            if (rc) throw Error(rc, "registering the trailer reads' scratch buffer failed");
             scratch_ = std::move(mem);
         }
-        for (size_t at = 0; at < sent.size(); at += kScratchSlots) {
-            const size_t m = std::min(kScratchSlots, sent.size() - at);
+        for (size_t from = 0; from < keys.size(); from += kScratchSlots) {
+            const size_t m = std::min(kScratchSlots, keys.size() - from);
             std::vector<StrVec> k{StrVec{}};
             std::vector<std::vector<std::vector<size_t>>> dst(1), src(1), len(1);
             for (size_t q = 0; q < m; q++) {
-                const size_t j = sent[at + q];
-                k[0].push_back(keys[j]);
+                k[0].push_back(keys[from + q]);
                 dst[0].push_back({q * kTrailerSize});
-                src[0].push_back({total[j]});
+                src[0].push_back({at[from + q]});
                 len[0].push_back({kTrailerSize});
             }
             auto r = inner_->get_into_ranges({scratch_.get()}, k, dst, src, len);
             for (size_t q = 0; q < m; q++) {
-                const size_t j = sent[at + q];
-                int64_t v = (r.size() == 1 && r[0].size() == m && r[0][q].size() == 1)
-                                ? r[0][q][0]
-                                : int64_t(MCS_E_INTERNAL);
-                if (v == int64_t(kTrailerSize)) {
-                    const Trailer &t = scratch_[q];
-                    v = t.magic == tr[j].magic && t.nonce == tr[j].nonce && t.crc == tr[j].crc;
-                } else if (v >= 0) {
-                    v = MCS_E_INTERNAL;
-                }
-                out.push_back(v);
+                const int64_t v = (r.size() == 1 && r[0].size() == m && r[0][q].size() == 1)
+                                      ? r[0][q][0]
+                                      : int64_t(MCS_E_INTERNAL);
+                if (v == int64_t(kTrailerSize)) out[from + q] = scratch_[q];
+                res.push_back(v);
             }
         }
-        return out;
+        return res;
     }
 
     static constexpr size_t kScratchSlots = 4096;

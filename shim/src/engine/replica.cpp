@@ -3,6 +3,7 @@
 #include "replica.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -70,6 +71,37 @@ struct RC0313 {
     std::optional<std::vector<std::string>> group_ids{};
 };
 
+// 0.3.14 (mooncake-transfer-engine-cuda13): RC0313 and four optional lists at
+// its end.  No source of 0.3.14 was at hand: measured on the wheel's own
+// ReplicateConfig (pybind11's raw pointer; each bound field set in turn and the
+// bytes that changed, the engaged flags of the optionals, the element size of
+// per_key_preferred_hca_names; 336 bytes).  Which of the three lists of
+// strings is which is by the offsets Python's setters wrote; the shim leaves
+// all four empty.
+struct RC0314 {
+    size_t replica_num{1};
+    size_t nof_replica_num{0};
+    size_t dfs_replica_num{0};
+    uint8_t soft_pin_action{0};
+    std::optional<uint64_t> soft_pin_ttl_ms{};
+    bool with_hard_pin{false};
+    std::vector<std::string> preferred_segments{};
+    std::string preferred_segment{};
+    std::vector<std::string> preferred_nof_segments{};
+    bool prefer_alloc_in_same_node{false};
+    uint8_t data_type{0};
+    std::string host_id{};
+    std::optional<std::vector<std::string>> group_ids{};
+    std::optional<std::vector<std::string>> session_ids{};
+    std::optional<std::vector<std::string>> preferred_hca_names{};
+    std::optional<std::vector<std::vector<std::string>>> per_key_preferred_hca_names{};
+    std::optional<std::vector<std::string>> residency_affinity_ids{};
+};
+static_assert(sizeof(RC0314) == 336, "the size measured on the 0.3.14 wheel");
+static_assert(offsetof(RC0314, host_id) == 144 && offsetof(RC0314, group_ids) == 176 &&
+                  offsetof(RC0314, per_key_preferred_hca_names) == 272,
+              "the offsets measured on the 0.3.14 wheel");
+
 // The members common to layouts from 0.3.11 on.
 template <class L>
 void fill_0311(L &rc, const ReplicaOptions &o) {
@@ -111,6 +143,16 @@ RC0312 build0312(const ReplicaOptions &o, const StrVec *group_ids) {
 
 RC0313 build0313(const ReplicaOptions &o, const StrVec *group_ids) {
     RC0313 rc;
+    fill_0311(rc, o);
+    rc.dfs_replica_num = o.dfs_replica_num;
+    rc.soft_pin_action = uint8_t(o.soft_pin_action);
+    if (o.has_soft_pin_ttl) rc.soft_pin_ttl_ms = o.soft_pin_ttl_ms;
+    if (group_ids) rc.group_ids = *group_ids;
+    return rc;
+}
+
+RC0314 build0314(const ReplicaOptions &o, const StrVec *group_ids) {
+    RC0314 rc;
     fill_0311(rc, o);
     rc.dfs_replica_num = o.dfs_replica_num;
     rc.soft_pin_action = uint8_t(o.soft_pin_action);
@@ -190,6 +232,19 @@ void diff(Diff &d, const RC0313 &a, const RC0313 &b) {
     MCS_FIELD(d, a, b, host_id);
     MCS_FIELD(d, a, b, group_ids);
 }
+void diff(Diff &d, const RC0314 &a, const RC0314 &b) {
+    diff_0311(d, a, b);
+    MCS_FIELD(d, a, b, dfs_replica_num);
+    MCS_FIELD(d, a, b, soft_pin_action);
+    MCS_FIELD(d, a, b, soft_pin_ttl_ms);
+    MCS_FIELD(d, a, b, host_id);
+    MCS_FIELD(d, a, b, group_ids);
+    MCS_FIELD(d, a, b, session_ids);
+    MCS_FIELD(d, a, b, preferred_hca_names);
+    MCS_FIELD(d, a, b, residency_affinity_ids);
+    d.field("per_key_preferred_hca_names", bool(a.per_key_preferred_hca_names),
+            bool(b.per_key_preferred_hca_names));
+}
 
 #undef MCS_FIELD
 
@@ -246,6 +301,7 @@ Layout layout_for_version(const std::string &v) {
     if (v == "0.3.11" || v == "0.3.11.post1") return Layout::k0311;
     if (v == "0.3.12" || v == "0.3.12.post1") return Layout::k0312;
     if (v == "0.3.13" || v == "0.3.13.post1") return Layout::k0313;
+    if (v == "0.3.14") return Layout::k0314;
     return Layout::kUnknown;
 }
 
@@ -255,6 +311,7 @@ const char *layout_name(Layout layout) {
         case Layout::k0311: return "0.3.11";
         case Layout::k0312: return "0.3.12";
         case Layout::k0313: return "0.3.13";
+        case Layout::k0314: return "0.3.14";
         case Layout::kUnknown: break;
     }
     return "unknown";
@@ -268,12 +325,13 @@ bool layout_matches_image(Layout layout, const char *image, size_t size, std::st
         Layout until;  // last layout that prints it
     };
     static const Marker kMarkers[] = {
-        {"ReplicateConfig: { replica_num: ", Layout::k0310, Layout::k0313},
+        {"ReplicateConfig: { replica_num: ", Layout::k0310, Layout::k0314},
         {", with_soft_pin: ", Layout::k0310, Layout::k0312},
-        {", nof_replica_num: ", Layout::k0311, Layout::k0313},
-        {", host_id: ", Layout::k0312, Layout::k0313},
-        {", soft_pin_ttl_ms: ", Layout::k0313, Layout::k0313},
-        {", dfs_replica_num: ", Layout::k0313, Layout::k0313},
+        {", nof_replica_num: ", Layout::k0311, Layout::k0314},
+        {", host_id: ", Layout::k0312, Layout::k0314},
+        {", soft_pin_ttl_ms: ", Layout::k0313, Layout::k0314},
+        {", dfs_replica_num: ", Layout::k0313, Layout::k0314},
+        {", residency_affinity_ids: [", Layout::k0314, Layout::k0314},
     };
     if (layout == Layout::kUnknown) return true;
     std::string_view all(image, size);
@@ -343,7 +401,7 @@ void check_replica_supported(Layout layout, const std::string &wheel, const Repl
         throw Error(MCS_E_UNSUPPORTED,
                     "writes are refused: the layout of the ReplicateConfig of Mooncake " +
                         (wheel.empty() ? std::string("(version not given)") : wheel) +
-                        " is not known to this shim (known: 0.3.10.post2 to 0.3.13.post1)");
+                        " is not known to this shim (known: 0.3.10.post2 to 0.3.14)");
     if (layout < Layout::k0311) {
         if (o.nof_replica_num) unsupported("nof_replica_num", "0.3.11", wheel);
         if (!o.preferred_nof_segments.empty())
@@ -380,6 +438,11 @@ void with_replicate_config_fn(Layout layout, const ReplicaOptions &o, const StrV
             fn.call(fn.ctx, &rc);
             return;
         }
+        case Layout::k0314: {
+            const RC0314 rc = build0314(o, group_ids);
+            fn.call(fn.ctx, &rc);
+            return;
+        }
         case Layout::kUnknown: break;
     }
     check_replica_supported(Layout::kUnknown, "", o);
@@ -398,6 +461,9 @@ int compare_replicate_config(Layout layout, const void *native, const ReplicaOpt
         case Layout::k0313:
             diff(d, *static_cast<const RC0313 *>(native), build0313(o, gids));
             break;
+        case Layout::k0314:
+            diff(d, *static_cast<const RC0314 *>(native), build0314(o, gids));
+            break;
         case Layout::kUnknown: check_replica_supported(layout, "", o);
     }
     text = d.text;
@@ -411,6 +477,7 @@ void assign_replicate_config(Layout layout, void *native, const ReplicaOptions &
         case Layout::k0311: *static_cast<RC0311 *>(native) = build0311(o); return;
         case Layout::k0312: *static_cast<RC0312 *>(native) = build0312(o, gids); return;
         case Layout::k0313: *static_cast<RC0313 *>(native) = build0313(o, gids); return;
+        case Layout::k0314: *static_cast<RC0314 *>(native) = build0314(o, gids); return;
         case Layout::kUnknown: break;
     }
     check_replica_supported(Layout::kUnknown, "", o);

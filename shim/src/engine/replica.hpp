@@ -26,11 +26,12 @@ enum class Layout {
     k0311,  // 0.3.11, 0.3.11.post1
     k0312,  // 0.3.12, 0.3.12.post1
     k0313,  // 0.3.13, 0.3.13.post1
+    k0314,  // 0.3.14
 };
 
 // The layout of a wheel version ("0.3.12.post1"); kUnknown if not listed.
 Layout layout_for_version(const std::string &version);
-// "0.3.10" .. "0.3.13", or "unknown".
+// "0.3.10" .. "0.3.14", or "unknown".
 const char *layout_name(Layout layout);
 // Whether store.so's bytes carry the field names `layout`'s printer prints
 // (and none of the fields it lacks); `why` says what did not match.

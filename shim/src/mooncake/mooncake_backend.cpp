@@ -10,15 +10,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "../engine/engine.hpp"
+#include "../engine/reaper.hpp"
 #include "../engine/replica.hpp"
+#include "fds.hpp"
+#include "ha_pool.hpp"
 #include "legacy_setup.hpp"
 #include "probe.hpp"
+#include "replica_choice.hpp"
 
 namespace mooncake {
 // Opaque: reached only through its exported ptr() / size() and destroyed
@@ -169,6 +174,8 @@ constexpr const char *kIntoRanges6 =
     "toISC_ESaISt4pairIKSC_SW_EEE";
 IntoRanges5 g_into_ranges5 = nullptr;
 IntoRanges6 g_into_ranges6 = nullptr;
+// Set once by load_mooncake: reads can go to another replica (replica_choice.hpp).
+bool g_replica_choice = false;
 
 // Optional: the session API (upstream PR #2881), from 0.3.13 on; all seven or none.
 struct SessionSymbols {
@@ -282,14 +289,23 @@ struct ClientCalls {
     IntoRanges5 into_ranges5;
     IntoRanges6 into_ranges6;
     bool session;  // RealClient's session API
+    bool dummy;    // DummyClient: its reads are the service's (no replica failover here)
     const char *name;
 };
 
 class MooncakeBackend final : public Backend {
 public:
+    // pool_key: where the client goes when closed (ha_pool.hpp), "" to tear it down.
     MooncakeBackend(std::shared_ptr<RealClient> client, bool ha, bool segment,
-                    const ClientCalls &calls)
-        : client_(std::move(client)), ha_(ha), segment_(segment), sym_(calls.sym), calls_(calls) {}
+                    const ClientCalls &calls, std::string pool_key = {})
+        : client_(std::move(client)),
+          ha_(ha),
+          segment_(segment),
+          pool_key_(std::move(pool_key)),
+          sym_(calls.sym),
+          calls_(calls) {
+        if (calls.dummy) replica_failover_ = false;
+    }
     ~MooncakeBackend() override {
         if (leak_) {
             // The process is about to _exit: destroying RealClient would run the
@@ -308,9 +324,37 @@ public:
     }
     std::vector<int64_t> get_into(const StrVec &keys, const PtrVec &bufs,
                                   const SizeVec &sizes) override {
-        if (keys.size() == 1 && single_get_)
-            return {sym_->get_into(client_.get(), keys[0], bufs[0], sizes[0])};
-        return sym_->batch_get(client_.get(), keys, bufs, sizes);
+        std::vector<int64_t> r;
+        ChoiceRecorder rec;
+        if (keys.size() == 1 && single_get_ && !any_suspects())
+            r = {sym_->get_into(client_.get(), keys[0], bufs[0], sizes[0])};
+        else
+            r = sym_->batch_get(client_.get(), keys, bufs, sizes);
+        // One key: the endpoint chosen is that key's (of a batch, not known per key).
+        if (keys.size() == 1 && r.size() == 1 && r[0] == kTransferFail) mark_suspect(rec.endpoint);
+        for (size_t i = 0; i < r.size() && i < keys.size(); i++)
+            if (r[i] == kTransferFail) r[i] = reread(keys[i], bufs[i], sizes[i]);
+        return r;
+    }
+    // A read whose transfer failed, tried again through Mooncake's batch read
+    // (whose replica choice comes to replica_choice.cpp): the endpoint that
+    // failed it is marked suspect and the next try takes another replica, up
+    // to 3 tries.  Without the interposition, the read's code as it was.
+    int64_t reread(const std::string &key, void *buf, size_t size) {
+        if (!replica_failover_) return kTransferFail;
+        int64_t r = kTransferFail;
+        bool moved = false;
+        for (int attempt = 0; attempt < 3 && r == kTransferFail; attempt++) {
+            ChoiceRecorder rec;
+            r = sym_->batch_get(client_.get(), StrVec{key}, PtrVec{buf}, SizeVec{size}).at(0);
+            moved = moved || rec.moved;
+            if (r == kTransferFail) {
+                if (rec.endpoint.empty()) break;  // not chosen here: nothing to avoid
+                mark_suspect(rec.endpoint);
+            }
+        }
+        count_retry(r >= 0 && moved);
+        return r;
     }
     // Mooncake sizes and reads each value into its client's local buffer in
     // one round trip (a batch query, then the transfers).  A null handle
@@ -318,10 +362,15 @@ public:
     // failed transfer -- Mooncake does not say which, so it is "unread".
     HeldValues get_buffers(const StrVec &keys) override {
         auto handles = std::make_shared<std::vector<HandlePtr>>();
-        if (keys.size() == 1)
+        if (keys.size() == 1) {
+            // A replica chosen and no value: its transfer failed (or the local
+            // buffer had no room): later reads prefer another replica.
+            ChoiceRecorder rec;
             handles->push_back(sym_->get_buffer(client_.get(), keys[0]));
-        else
+            if (!handles->back()) mark_suspect(rec.endpoint);
+        } else {
             *handles = sym_->batch_get_buffer(client_.get(), keys);
+        }
         HeldValues out;
         const size_t n = handles->size();
         out.values.resize(n, nullptr);
@@ -388,8 +437,9 @@ public:
         return sym_->is_exist(client_.get(), key);
     }
     int64_t get_one(const std::string &key, void *buf, size_t size) override {
-        return single_get_ ? sym_->get_into(client_.get(), key, buf, size)
-                           : Backend::get_one(key, buf, size);
+        if (!single_get_ || any_suspects()) return get_into(StrVec{key}, {buf}, {size}).at(0);
+        int64_t r = sym_->get_into(client_.get(), key, buf, size);
+        return r == kTransferFail ? reread(key, buf, size) : r;
     }
     int64_t remove_one(const std::string &key, bool force) override {
         return sym_->remove_one(client_.get(), key, force);
@@ -415,10 +465,21 @@ public:
     int health_check() override { return sym_->health_check(client_.get()); }
     int64_t size(const std::string &key) override { return sym_->get_size(client_.get(), key); }
     int register_buffer(void *ptr, size_t size) override {
-        return sym_->register_buffer(client_.get(), ptr, size);
+        int rc = sym_->register_buffer(client_.get(), ptr, size);
+        if (rc == 0 && !pool_key_.empty()) {
+            std::lock_guard<std::mutex> lk(regs_mu_);
+            regs_.push_back(ptr);
+        }
+        return rc;
     }
     int unregister_buffer(void *ptr) override {
-        return sym_->unregister_buffer(client_.get(), ptr);
+        int rc = sym_->unregister_buffer(client_.get(), ptr);
+        if (rc == 0 && !pool_key_.empty()) {
+            std::lock_guard<std::mutex> lk(regs_mu_);
+            auto it = std::find(regs_.begin(), regs_.end(), ptr);
+            if (it != regs_.end()) regs_.erase(it);
+        }
+        return rc;
     }
     Ranges get_into_ranges(const PtrVec &bufs, const std::vector<StrVec> &keys, const SizeNest &dst,
                            const SizeNest &src, const SizeNest &sizes) override {
@@ -463,15 +524,27 @@ public:
     void teardown() override {
         if (client_ && !torn_down_) {
             torn_down_ = true;
+            if (!pool_key_.empty()) {
+                // Kept for the next client of this configuration, with nothing of
+                // this one's registered (the memory may be freed after close).
+                std::lock_guard<std::mutex> lk(regs_mu_);
+                for (void *ptr : regs_) sym_->unregister_buffer(client_.get(), ptr);
+                regs_.clear();
+                if (keep(pool_key_, client_)) {
+                    client_.reset();
+                    return;
+                }
+            }
             sym_->teardown(client_.get());
         }
     }
     // An HA client's tearDownAll joins its leader monitor, which waits up to
     // 30 s for a view change that is not coming (EtcdLeaderCoordinator::
     // WaitForViewChange): close() leaves that to the background after 1 s.
-    // Any other client's teardown (0.3-1 s) is waited for.
+    // Any other client's teardown (0.3-1 s) is waited for, and so is an HA
+    // client's that is kept for reuse (no teardown: ha_pool.hpp).
     std::chrono::milliseconds teardown_wait() const override {
-        return std::chrono::milliseconds(ha_ ? kHaTeardownWaitMs : -1);
+        return std::chrono::milliseconds(ha_ && pool_key_.empty() ? kHaTeardownWaitMs : -1);
     }
     // Mooncake unmounts the client's segment only at the end of its teardown:
     // a process leaving earlier would leave the master a segment without memory.
@@ -484,7 +557,11 @@ private:
     bool segment_;  // contributes memory (global_segment_size is not 0)
     bool torn_down_ = false;
     bool leak_ = false;
+    std::string pool_key_;  // kept in the pool at close when not empty (an HA client, no segment)
+    std::mutex regs_mu_;
+    std::vector<void *> regs_;  // registered through this backend (unregistered before keeping)
     bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
+    bool replica_failover_ = g_replica_choice;
     const Symbols *sym_;
     ClientCalls calls_;
 };
@@ -613,6 +690,7 @@ int load_mooncake(const char *path, const char *version, std::string &msg) {
     g_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, kIntoRanges6));  // optional
     resolve_session(h);                                                      // optional
     resolve_dummy(h, ptrs);                                                  // optional
+    g_replica_choice = replica_choice_init(h);                               // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
     return MCS_OK;
@@ -645,21 +723,34 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
 
     prepare_connection(cfg, probe_timeout_ms);
     commit_process_wide(cfg);
+    // An HA client without a segment: a Mooncake client kept from a closed one
+    // of the same configuration serves it (ha_pool.hpp), else a new one will
+    // be kept when it closes.
+    const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
+    const ClientCalls calls{&g_sym,        g_upsert_multi, g_into_ranges5, g_into_ranges6,
+                            g_has_session, false,          "RealClient"};
+    std::string key = ha && wants_no_segment(cfg) ? pool_key(cfg) : std::string();
+    if (!key.empty())
+        if (std::shared_ptr<RealClient> kept = take_kept(key))
+            return std::make_unique<MooncakeBackend>(std::move(kept), true, false, calls,
+                                                     std::move(key));
+    const long free_before = free_fds();
     std::shared_ptr<RealClient> client = g_sym.create();
     if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
+    guard_forked_exits();  // after Mooncake registered its atexit teardown, so before it
     ExpectedVoid r = has_legacy_setup() && wants_no_segment(cfg)
                          ? legacy_setup_without_segment(client.get(), cfg)
                          : g_sym.setup(client.get(), cfg);
     *g_sym.minloglevel = g_log_level;
     if (!r.has_value) {
         int code = r.error ? r.error : -1;
+        std::string fds = setup_fd_note(free_before);  // Mooncake says INTERNAL_ERROR
         g_sym.teardown(client.get());
-        throw Error(code, "Mooncake setup failed: " + describe(code));
+        throw Error(code,
+                    "Mooncake setup failed: " + describe(code) + (fds.empty() ? "" : "; ") + fds);
     }
-    const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
-    const ClientCalls calls{&g_sym,         g_upsert_multi, g_into_ranges5,
-                            g_into_ranges6, g_has_session,  "RealClient"};
-    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg), calls);
+    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg), calls,
+                                             std::move(key));
 }
 
 std::unique_ptr<Backend> make_dummy_backend(size_t mem_pool_size, size_t local_buffer_size,
@@ -699,8 +790,8 @@ std::unique_ptr<Backend> make_dummy_backend(size_t mem_pool_size, size_t local_b
                                            std::to_string(rc) + ") against the client service " +
                                            server_address + " (IPC socket " + ipc +
                                            "): is it Mooncake's mooncake_client, and running?");
-    const ClientCalls calls{&g_dummy, g_dummy_upsert_multi, nullptr, g_dummy_into_ranges6,
-                            false,    "DummyClient"};
+    const ClientCalls calls{&g_dummy, g_dummy_upsert_multi, nullptr, g_dummy_into_ranges6, false,
+                            true,     "DummyClient"};
     return std::make_unique<MooncakeBackend>(std::move(client), false, false, calls);
 }
 

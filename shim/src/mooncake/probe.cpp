@@ -17,12 +17,19 @@
 #include <vector>
 
 #include "../engine/engine.hpp"
+#include "fds.hpp"
 #include "mooncake_backend.hpp"
 
 namespace mcs {
 namespace {
 
 using Deadline = std::chrono::steady_clock::time_point;
+
+// What a newly elected HA leader writes into master_view before its address
+// (Mooncake PR #3743): "__mooncake_service_warming__:<lease id>".
+constexpr const char *kWarmingPrefix = "__mooncake_service_warming__";
+// Mooncake's cluster id when neither the config nor MC_STORE_CLUSTER_ID gives one.
+constexpr const char *kDefaultClusterId = "mooncake_cluster";
 
 // A value as messages quote it: control bytes escaped, long ones cut.
 std::string shown(const std::string &v) {
@@ -62,7 +69,10 @@ int tcp_connect(const std::string &host, const std::string &port, int timeout_ms
     for (addrinfo *ai = res; ai && connected < 0; ai = ai->ai_next) {
         int fd =
             socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) continue;
+        if (fd < 0) {
+            why = strerror(errno);
+            continue;
+        }
         int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (rc == 0) {
             connected = fd;
@@ -120,8 +130,12 @@ bool split_host_port(const std::string &addr, std::string &host, std::string &po
 void probe(const std::string &what, const std::string &addr, int timeout_ms) {
     std::string host, port, why;
     if (!split_host_port(addr, host, port)) return;  // validated before (http:// URLs get :80)
-    if (!tcp_probe(host, port, timeout_ms, why))
+    if (!tcp_probe(host, port, timeout_ms, why)) {
+        std::string fds = fd_shortage();  // not the address's fault
+        if (!fds.empty())
+            throw Error(MCS_E_INTERNAL, "cannot probe " + what + " " + addr + ": " + fds);
         throw Error(MCS_E_UNREACHABLE, what + " " + addr + " is unreachable (" + why + ")");
+    }
 }
 
 // True if host:port answers an HTTP GET of /health the way etcd does.
@@ -156,6 +170,86 @@ bool etcd_probe(const std::string &host, const std::string &port, Deadline deadl
     return false;
 }
 
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string b64_encode(const std::string &in) {
+    std::string out;
+    size_t i = 0;
+    for (; i + 2 < in.size(); i += 3) {
+        uint32_t v =
+            uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
+        for (int s = 18; s >= 0; s -= 6) out += kB64[(v >> s) & 63];
+    }
+    if (i < in.size()) {
+        uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+        if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+        out += kB64[(v >> 18) & 63];
+        out += kB64[(v >> 12) & 63];
+        out += i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=';
+        out += '=';
+    }
+    return out;
+}
+
+std::string b64_decode(const std::string &in) {
+    std::string out;
+    uint32_t v = 0;
+    int bits = 0;
+    for (char ch : in) {
+        const char *at = std::strchr(kB64, ch);
+        if (ch == '\0' || at == nullptr) break;  // '=' or the end
+        v = v << 6 | uint32_t(at - kB64);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out += char((v >> bits) & 0xff);
+        }
+    }
+    return out;
+}
+
+// Reads `key` from the etcd at host:port through its v3 JSON gateway (POST
+// /v3/kv/range).  True with `value` set, or with `absent` when etcd has no such
+// key; false (with `why`) when etcd gave no usable answer in time.
+bool etcd_read(const std::string &host, const std::string &port, const std::string &key,
+               Deadline deadline, std::string &value, bool &absent, std::string &why) {
+    int fd = tcp_connect(host, port, remaining_ms(deadline), why);
+    if (fd < 0) return false;
+    std::string body = "{\"key\":\"" + b64_encode(key) + "\"}";
+    std::string request =
+        "POST /v3/kv/range HTTP/1.0\r\nHost: " + host +
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
+    bool sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size());
+    std::string reply;
+    while (sent && reply.size() < 65536) {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, remaining_ms(deadline)) != 1) break;
+        char buf[4096];
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        reply.append(buf, size_t(n));
+    }
+    ::close(fd);
+    auto head_end = reply.find("\r\n\r\n");
+    if (reply.rfind("HTTP/1.", 0) != 0 || reply.find(" 200 ") > 12 ||
+        head_end == std::string::npos) {
+        why = "no answer to a read of " + key;
+        return false;
+    }
+    std::string json = reply.substr(head_end + 4);
+    absent = json.find("\"kvs\"") == std::string::npos;
+    if (absent) return true;
+    auto at = json.find("\"value\":\"");
+    if (at == std::string::npos) {
+        value.clear();
+        return true;
+    }
+    at += 9;
+    value = b64_decode(json.substr(at, json.find('"', at) - at));
+    return true;
+}
+
 // The endpoints of etcd://host:port[;host:port...]; throws for none or one
 // without a port.
 std::vector<std::string> etcd_endpoints(const std::string &what, const std::string &value) {
@@ -184,23 +278,59 @@ std::vector<std::string> etcd_endpoints(const std::string &what, const std::stri
     return endpoints;
 }
 
-// Probes etcd://host:port[;host:port...]: passes if one endpoint answers as etcd.
-void probe_etcd(const std::string &what, const std::string &value, int timeout_ms) {
+// Waits, until `deadline`, while the etcd at host:port holds Mooncake's warming
+// placeholder in `view_key` (see probe.hpp); throws MCS_E_UNREACHABLE if it
+// still does then.  Any other answer, or none, is left to Mooncake.
+void wait_out_warming(const std::string &what, const std::string &value, const std::string &ep,
+                      const std::string &view_key, Deadline deadline) {
+    std::string host, port;
+    split_host_port(ep, host, port);
+    std::string seen;
+    for (;;) {
+        std::string view, why;
+        bool absent = false;
+        if (!etcd_read(host, port, view_key, deadline, view, absent, why)) {
+            if (seen.empty()) return;
+            break;  // out of time while it was warming up
+        }
+        if (absent || view.rfind(kWarmingPrefix, 0) != 0) return;
+        seen = view;
+        if (remaining_ms(deadline) <= 100) break;
+        ::poll(nullptr, 0, 100);
+    }
+    throw Error(MCS_E_UNREACHABLE,
+                what + " " + value + ": no leader yet: etcd " + ep + " holds " + shown(seen) +
+                    " in " + view_key +
+                    ", the placeholder a newly elected master writes before its address while it "
+                    "warms up; retry once it has written its address (a few seconds)");
+}
+
+// Probes etcd://host:port[;host:port...]: passes if one endpoint answers as
+// etcd (and, with a view key, does not name a warming leader).
+void probe_etcd(const std::string &what, const std::string &value, int timeout_ms,
+                const std::string &view_key) {
     std::vector<std::string> endpoints = etcd_endpoints(what, value);
     Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     std::string reasons;
     for (const auto &ep : endpoints) {
         std::string host, port, why;
         split_host_port(ep, host, port);
-        if (etcd_probe(host, port, deadline, why)) return;
+        if (etcd_probe(host, port, deadline, why)) {
+            if (!view_key.empty()) wait_out_warming(what, value, ep, view_key, deadline);
+            return;
+        }
         reasons += (reasons.empty() ? "" : "; ") + ep + ": " + why;
     }
+    std::string fds = fd_shortage();
+    if (!fds.empty())
+        throw Error(MCS_E_INTERNAL, "cannot probe " + what + " " + value + ": " + fds);
     throw Error(MCS_E_UNREACHABLE, what + " " + value + " is unreachable (" + reasons + ")");
 }
 
-void probe_address(const std::string &what, const std::string &value, int timeout_ms) {
+void probe_address(const std::string &what, const std::string &value, int timeout_ms,
+                   const std::string &view_key = "") {
     if (value.rfind("etcd://", 0) == 0) {
-        probe_etcd(what, value, timeout_ms);
+        probe_etcd(what, value, timeout_ms, view_key);
     } else if (value.rfind("http://", 0) == 0) {
         std::string rest = value.substr(7);
         std::string hostport = rest.substr(0, rest.find('/'));
@@ -333,6 +463,17 @@ std::string etcd_of(const ConfigMap &cfg) {
     return it->second.substr(7);
 }
 
+// The etcd key an HA client reads its leader from (Mooncake's
+// EtcdLeaderCoordinator): mooncake-store/<cluster id>/master_view, the id
+// being the config's, else MC_STORE_CLUSTER_ID, else Mooncake's default.
+std::string master_view_key(const ConfigMap &cfg) {
+    std::string id;
+    bool given = false;
+    if (!cluster_id_of(cfg, id, given) || id.empty()) id = kDefaultClusterId;
+    if (id.back() == '/') id.pop_back();
+    return "mooncake-store/" + id + "/master_view";
+}
+
 constexpr const char *kOwnProcess = "; clients of another cluster need a process of their own";
 
 // With g_process_mu held.
@@ -368,7 +509,8 @@ void prepare_connection(const ConfigMap &cfg, int probe_timeout_ms) {
     if (probe_timeout_ms < 0) return;
     int t = probe_timeout_ms ? probe_timeout_ms : 2000;
     auto it = cfg.find("master_server_addr");
-    probe_address("master_server_addr", it != cfg.end() ? it->second : "127.0.0.1:50051", t);
+    probe_address("master_server_addr", it != cfg.end() ? it->second : "127.0.0.1:50051", t,
+                  master_view_key(cfg));
     it = cfg.find("metadata_server");
     // Only the URL forms: a bare value is Mooncake's (P2PHANDSHAKE, or etcd by default).
     if (it != cfg.end() && it->second.find("://") != std::string::npos)

@@ -20,7 +20,17 @@
 //   master_server_addr  host:port                 TCP connect
 //                       etcd://host:port[;h:p..]  an HTTP GET of etcd's
 //                                                 /health on each endpoint;
-//                                                 one answering is enough
+//                                                 one answering is enough;
+//                                                 then a read of its
+//                                                 mooncake-store/<cluster
+//                                                 id>/master_view: while
+//                                                 that holds a new leader's
+//                                                 warming placeholder
+//                                                 (__mooncake_service_
+//                                                 warming__:<lease id>) it
+//                                                 is re-read until the
+//                                                 timeout, then "no leader
+//                                                 yet" (MCS_E_UNREACHABLE)
 //                       redis://, k8s://          not probed
 //   metadata_server     http://host[:port]/...    TCP connect
 //                       etcd://host:port[;h:p..]  as above
