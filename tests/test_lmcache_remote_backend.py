@@ -23,7 +23,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -51,13 +51,8 @@ MODULES = {"theirs": theirs_module, "ours": ours_module}
 
 
 @pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("lmcache-remote"), "256 MB")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def local(make_module_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return make_module_cluster("256 MB").start()
 
 
 def _config(local: LocalCluster) -> Any:

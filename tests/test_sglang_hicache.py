@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,8 @@ CONFIGS = [(False, 0, 1), (True, 0, 1), (False, 1, 4), (True, 3, 8)]
 
 
 @pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("sglang"), "512 MB")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def local(make_module_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return make_module_cluster("512 MB").start()
 
 
 def _config_file(tmp: Path, local: LocalCluster, standalone: bool) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -35,13 +35,8 @@ def service_address(local: LocalCluster) -> str:
 
 
 @pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("dummy"), "256 MB")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def local(make_module_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return make_module_cluster("256 MB").start()
 
 
 class Pool:

@@ -4,7 +4,7 @@ the drop-in, side by side with Mooncake's own class on one cluster."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,11 +18,10 @@ ms = pytest.importorskip("mooncake.store")
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def pair(make_module_cluster: Callable[..., LocalCluster]) -> Iterator[dict[str, Any]]:
     # A cluster of its own: the descriptors compared are of keys that must stay put between
     # two reads, and a master under space pressure from another file's tests evicts objects.
-    cluster = LocalCluster(tmp_path_factory.mktemp("replica-desc"), "256 MB")
-    cluster.start()
+    cluster = make_module_cluster("256 MB").start()
     theirs, ours = ms.MooncakeDistributedStore(), MooncakeDistributedStore()
     try:
         assert theirs.setup(*setup_args(cluster)) == 0
@@ -35,7 +34,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     finally:
         theirs.close()
         ours.close()
-        cluster.stop()
 
 
 def _facts(replicas: list[Any]) -> list[tuple[Any, ...]]:

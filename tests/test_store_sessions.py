@@ -4,7 +4,7 @@ included) and the same bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -22,16 +22,11 @@ H = N // 2
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def pair(make_module_cluster: Callable[..., LocalCluster]) -> Iterator[dict[str, Any]]:
     # A cluster of its own: the 1 TiB reservation below makes the master evict objects to
     # make room, and on the session cluster it would evict other files' keys.
-    local = LocalCluster(tmp_path_factory.mktemp("sessions"), "256 MB")
-    local.start()
-    try:
-        with stores(local) as made:
-            yield made
-    finally:
-        local.stop()
+    with stores(make_module_cluster("256 MB").start()) as made:
+        yield made
 
 
 def _sources(n: int, base: int) -> list[Memory]:
