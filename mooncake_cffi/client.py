@@ -88,6 +88,10 @@ class Client:
             ``MC_TCP_STATUS_TIMEOUT_SEC``) unless they are set.
         retry: a :class:`RetryPolicy` for per-key failures that may succeed when tried
             again (None: no retries).
+        dummy: ``(mem_pool_size, local_buffer_size, server_address)``: instead of setting
+            up a client of its own, be a client of the standalone Mooncake client service
+            at ``server_address`` (Mooncake's ``setup_dummy``; ``mcs_client_create_dummy``
+            in mcs(3)); ``config``'s setup keys are then not used.
 
     Blocking methods are thread-safe and release the GIL.  Use as a context
     manager, or call :meth:`close`.  A client cannot be used in a forked child.
@@ -109,9 +113,11 @@ class Client:
         connect_timeout: float | None = 2.0,
         op_timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        dummy: tuple[int, int, str] | None = None,
     ) -> None:
         cfg = StoreConfig.coerce(config)
-        cfg.check_connectable()
+        if dummy is None:
+            cfg.check_connectable()
         self.config = cfg
         if op_timeout is not None and not positive_seconds(op_timeout, 2**31 / 1000):
             raise ValueError(f"op_timeout must be None or positive seconds, not {op_timeout!r}")
@@ -131,6 +137,7 @@ class Client:
             coalesce_keys=coalesce_keys,
             replicate_config=replicate_config,
             connect_timeout=connect_timeout,
+            dummy=dummy,
         )
         #: The client's background batches: submit, drain, wait (:class:`Batches`).
         self.batches = Batches(self._native)

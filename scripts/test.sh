@@ -8,21 +8,24 @@
 #      - builds, at nice 10 (it only computes, on the CPU the tests leave idle):
 #        the wheel (python -m build --wheel in an isolated build environment: the one copy
 #        of the package the later steps install), the shim's C++ engine tests under
-#        ASan+UBSan, the LMCache tier's virtualenv (PyPI lmcache, cached between runs:
-#        scripts/install_lmcache.sh), the venvs of the oldest (and newest, when it is not
-#        the default) supported Mooncake wheels (cached: scripts/wheel_venvs.sh), the engine
-#        tests under TSan, the documentation site (mkdocs build --strict: its generated
-#        references import the installed package, so they describe this build);
+#        ASan+UBSan, the LMCache and SGLang tiers' virtualenvs (PyPI lmcache and sglang,
+#        cached between runs: scripts/install_{lmcache,sglang}.sh), the venvs of the oldest
+#        (and newest, when it is not the default) supported Mooncake wheels (cached:
+#        scripts/wheel_venvs.sh), the engine tests under TSan, the documentation site
+#        (mkdocs build --strict: its generated references import the installed package, so
+#        they describe this build);
 #      - the foreground: lint (ruff check, ruff format --check, mypy strict on
 #        mooncake_cffi/, clang-format on the sources), then the pytest suite against real
 #        clusters started by its fixtures (its 25 slowest tests listed);
 #      - tests, each step waiting for what it needs from the builds lane: the CLI smoke
 #        scripts against local clusters, the Python integration tests once more with the
 #        shim under ASan, the LMCache tier's tests
-#        (tests/test_lmcache_{upstream_cases,factory,cli}.py; MOONCAKE_CFFI_SKIP_LMCACHE=1
-#        skips the tier), the wheel installed into a fresh virtualenv, imported there and
-#        `mcl2 --version` run, and the wheel, client and CLI integration tests in the
-#        Mooncake wheel venvs;
+#        (tests/test_lmcache_{upstream_cases,factory,cli,remote_backend}.py;
+#        MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
+#        (tests/test_sglang_hicache.py, in PyPI sglang's virtualenv, cached between runs:
+#        scripts/install_sglang.sh; MOONCAKE_CFFI_SKIP_SGLANG=1 skips it), the wheel
+#        installed into a fresh virtualenv, imported there and `mcl2 --version` run, and the
+#        wheel, client and CLI integration tests in the Mooncake wheel venvs;
 #   3. the output of the background lanes' steps, and the steps that failed.
 # Extra arguments go to the final pytest run (e.g. -k lease, -x).
 #
@@ -161,14 +164,20 @@ package() { ls "$work"/dist/mooncake_cffi-*.whl; }
 lmcache_venv() { # made or reused: its path on the last line of $work/lmcache-venv
     MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_lmcache.sh >"$work/lmcache-venv"
 }
+sglang_venv() { # made or reused: its path on the last line of $work/sglang-venv
+    MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_sglang.sh >"$work/sglang-venv"
+}
 wheel_venvs_ready() { MOONCAKE_CFFI_PACKAGE=$(package) scripts/wheel_venvs.sh ends; }
 site_build() { NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$work/site"; }
 lmcache=1
 [ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ] || lmcache=0
+sglang=1
+[ "${MOONCAKE_CFFI_SKIP_SGLANG:-0}" != 1 ] || sglang=0
 
 later builds wheel "wheel: python -m build" build_wheel
 later builds asan "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
 [ $lmcache -eq 0 ] || later builds lmvenv "LMCache tier: its virtualenv" lmcache_venv
+[ $sglang -eq 0 ] || later builds sgvenv "SGLang tier: its virtualenv" sglang_venv
 later builds wvenvs "the oldest/newest supported Mooncake wheels: their venvs" wheel_venvs_ready
 later builds tsan "shim engine tests (TSan)" scripts/sanitize.sh tsan
 later builds site "documentation (mkdocs build --strict)" site_build
@@ -180,7 +189,14 @@ lmcache_tier() {
     local venv
     venv=$(tail -n 1 "$work/lmcache-venv")
     LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
-        tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py tests/test_lmcache_cli.py
+        tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py \
+        tests/test_lmcache_cli.py tests/test_lmcache_remote_backend.py
+}
+sglang_tier() {
+    await sgvenv || return 1
+    local venv
+    venv=$(tail -n 1 "$work/sglang-venv")
+    "$venv/bin/pytest" -q -p no:cacheprovider tests/test_sglang_hicache.py
 }
 wheel_in_fresh_venv() {
     await wheel || return 1
@@ -196,6 +212,7 @@ wheel_venv_tests() {
 later tests smoke "CLI smoke scripts" tests/smoke/run_all.sh
 later tests asanint "integration tests under ASan" asan_integration
 [ $lmcache -eq 0 ] || later tests lmtier "LMCache tier (lmcache from PyPI)" lmcache_tier
+[ $sglang -eq 0 ] || later tests sgtier "SGLang tier (sglang from PyPI)" sglang_tier
 later tests fresh "wheel: installed into a fresh virtualenv" wheel_in_fresh_venv
 later tests wtests "client and CLI tests on the oldest/newest supported Mooncake wheels" \
     wheel_venv_tests

@@ -592,6 +592,38 @@ MCS_API int mcs_replica_choice_stats(struct mcs_replica_choice_stats *out);
 MCS_API int mcs_client_create(mcs_client **out, const char *const *keys, const char *const *values,
                               size_t n, const struct mcs_lanes *lanes, int probe_timeout_ms);
 
+/* Creates a client of a standalone Mooncake client service (Mooncake's
+ * mooncake_client / real_client_main, what its mooncake_store_service runs),
+ * as Mooncake's setup_dummy does: the client is Mooncake's DummyClient, which
+ * holds no transfer engine and forwards every call over RPC to the service at
+ * `server_address` (host:port of its RPC port), sharing memory with it through
+ * the service's IPC socket "@mooncake_client_<port>.sock".  It allocates
+ * `local_buffer_size` bytes of shared memory (mcs_shm_alloc's kind) for the
+ * values it reads by copy and registers them with the service;
+ * `mem_pool_size` is handed to Mooncake (which does not use it in
+ * 0.3.13.post1).  `lanes` and `probe_timeout_ms` as for mcs_client_create
+ * (the probe is a TCP connect to server_address).
+ *
+ * Memory: every call is Mooncake's DummyClient's own, and Mooncake moves
+ * the bytes of a call by their address in this process, which the service
+ * translates through the segments registered with it: a buffer must lie
+ * inside a whole segment from mcs_shm_alloc registered with
+ * mcs_client_register_buffer (its start and its exact size, as Mooncake's
+ * DummyClient::register_buffer requires; otherwise -1).  A buffer outside
+ * them gets Mooncake's answer, -600 (INVALID_PARAMS).  Reads into memory of
+ * the client's own take MCS_OP_GET_BUFFER (the service copies the value into
+ * the local buffer).  The session API answers MCS_E_UNSUPPORTED; the
+ * integrity option is not available here.
+ *
+ * Returns MCS_E_INVALID_ARG for a NULL out or server_address or one that is
+ * not host:port (port 1..65535), MCS_E_UNREACHABLE when the probe fails or
+ * Mooncake's setup_dummy fails (no service, or not Mooncake's), MCS_E_UNSUPPORTED
+ * when the loaded wheel has no DummyClient, MCS_E_FORKED as mcs_client_create.
+ * Close and free it as any client. */
+MCS_API int mcs_client_create_dummy(mcs_client **out, uint64_t mem_pool_size,
+                                    uint64_t local_buffer_size, const char *server_address,
+                                    const struct mcs_lanes *lanes, int probe_timeout_ms);
+
 /* Stops accepting calls, lets accepted batches and calls in other threads
  * finish, joins the workers, releases held values, unregisters L1 and tears
  * Mooncake down.  Idempotent: later calls return 0.  Completions of finished
@@ -808,6 +840,20 @@ MCS_API int mcs_client_register_buffer(mcs_client *c, void *ptr, uint64_t size);
 /* Unregisters a region registered with mcs_client_register_buffer() at ptr:
  * 0, or Mooncake's -600 for an address it does not know. */
 MCS_API int mcs_client_unregister_buffer(mcs_client *c, void *ptr);
+
+/* Mooncake's process-wide shared-memory allocator (store.so's ShmHelper, what
+ * Mooncake's MooncakeHostMemAllocator and DummyClient::alloc_from_mem_pool
+ * use): `size` bytes of a new memfd-backed segment, mapped shared, its start
+ * in *ptr_out (NULL on failure).  Needs mcs_load(); no client is needed.
+ * Returns MCS_E_INVALID_ARG for a NULL ptr_out or size 0, MCS_E_NOMEM when
+ * Mooncake cannot create or map the segment, MCS_E_UNSUPPORTED when the
+ * loaded wheel has none, MCS_E_NOT_LOADED. */
+MCS_API int mcs_shm_alloc(void **ptr_out, uint64_t size);
+
+/* Unmaps and closes a segment from mcs_shm_alloc: `ptr` must be its start
+ * (else MCS_E_INVALID_ARG, and nothing is freed).  A segment still
+ * registered with a client's service must be unregistered first. */
+MCS_API int mcs_shm_free(void *ptr);
 
 /* --- statistics --- */
 

@@ -4,7 +4,7 @@ included) and the same bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -22,8 +22,10 @@ H = N // 2
 
 
 @pytest.fixture(scope="module")
-def pair(cluster: LocalCluster) -> Iterator[dict[str, Any]]:
-    with stores(cluster) as made:
+def pair(make_module_cluster: Callable[..., LocalCluster]) -> Iterator[dict[str, Any]]:
+    # A cluster of its own: the 1 TiB reservation below makes the master evict objects to
+    # make room, and on the session cluster it would evict other files' keys.
+    with stores(make_module_cluster("256 MB").start()) as made:
         yield made
 
 

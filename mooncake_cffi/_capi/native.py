@@ -168,6 +168,7 @@ class NativeClient:
         coalesce_keys: int = 0,
         replicate_config: Any = None,
         connect_timeout: float | None = 2.0,
+        dummy: tuple[int, int, str] | None = None,
     ) -> None:
         self.handle: Any = None
         self.config = config
@@ -214,16 +215,24 @@ class NativeClient:
         ckeys = [ffi.new("char[]", k.encode()) for k, _ in items]
         cvals = [ffi.new("char[]", v.encode()) for _, v in items]
         out = ffi.new("mcs_client **")
-        check(
-            lib.mcs_client_create(
-                out,
-                ffi.new("char *[]", ckeys) if items else ffi.NULL,
-                ffi.new("char *[]", cvals) if items else ffi.NULL,
-                len(items),
-                lanes,
-                probe_ms,
+        if dummy is not None:  # a client of a standalone client service (DummyClient)
+            mem_pool, local_buffer, server = dummy
+            check(
+                lib.mcs_client_create_dummy(
+                    out, mem_pool, local_buffer, server.encode(), lanes, probe_ms
+                )
             )
-        )
+        else:
+            check(
+                lib.mcs_client_create(
+                    out,
+                    ffi.new("char *[]", ckeys) if items else ffi.NULL,
+                    ffi.new("char *[]", cvals) if items else ffi.NULL,
+                    len(items),
+                    lanes,
+                    probe_ms,
+                )
+            )
         self.handle = out[0]
         _live.add(self)
         try:

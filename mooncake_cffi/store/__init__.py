@@ -11,12 +11,14 @@
 * :mod:`.tensors` the tensor calls' encoding;
 * :mod:`.unset` the argument markers of the methods, and the methods that are absent;
 * :mod:`.sessions` Mooncake's session API; :mod:`.replicas` replica descriptors;
-  :mod:`.numa` ``bind_to_numa_node``.
+  :mod:`.numa` ``bind_to_numa_node``; :mod:`.host_memory` ``MooncakeHostMemAllocator``
+  (the shared memory of a client set up with ``setup_dummy``).
 """
 
 from ..replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from .buffer_handles import BufferHandle
 from .distributed_store import MooncakeDistributedStore
+from .host_memory import MooncakeHostMemAllocator
 from .numa import bind_to_numa_node
 from .replicas import (
     Descriptor,
@@ -32,6 +34,7 @@ __all__ = [
     "DiskDescriptor",
     "MemoryDescriptor",
     "MooncakeDistributedStore",
+    "MooncakeHostMemAllocator",
     "ObjectDataType",
     "ReplicaDescriptor",
     "ReplicaStatus",

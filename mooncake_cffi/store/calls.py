@@ -14,6 +14,7 @@ Mooncake's own memory, released when the last of a batch's handles is dropped.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -23,9 +24,10 @@ from .._capi.binding import ffi
 from .._capi.marshal import Packed, address, gather_values, pack_keys
 from .._capi.pointers import ranges_struct, staging_area
 from .._capi.runner import Runner
+from .._capi.shm import shm_alloc, shm_free
 from .._core.types import DEFAULT
 from ..errors import MooncakeError
-from ..status import OP_GET, OP_PUT, OP_UPSERT
+from ..status import NO_AVAILABLE_HANDLE, OP_GET, OP_PUT, OP_UPSERT
 from . import repair
 from .buffer_handles import handles
 from .repair import Failed, code_of
@@ -47,10 +49,14 @@ class StoreCalls:
     to registered memory).  ``copies`` False (a ``local_buffer_size`` of 0): the bytes calls
     (``put``, ``put_batch``, ``put_parts``, their upserts, ``get``, ``get_batch``) answer
     -600 and ``b""``, as Mooncake's do with no local buffer to copy through; the zero-copy
-    calls work.
+    calls work.  ``shared`` (a client set up with ``setup_dummy``): the staging memory is a
+    segment of Mooncake's shared memory (``MooncakeHostMemAllocator``'s kind), the only memory
+    a dummy client's service reads from.
     """
 
-    def __init__(self, client: Any, staged: bool = False, copies: bool = True) -> None:
+    def __init__(
+        self, client: Any, staged: bool = False, copies: bool = True, shared: bool = False
+    ) -> None:
         self.client = client
         self.native = client._native
         self.calls = client._calls
@@ -59,6 +65,7 @@ class StoreCalls:
         self.values = client._values
         self.staged = staged
         self.copies = copies
+        self.shared = shared
         # BufferHandle batches alive, and whether close() waits for them to be dropped.
         self._held = 0
         self._closing = False
@@ -324,6 +331,8 @@ class StoreCalls:
     ) -> list[int]:
         """Copy the values into one buffer registered for the call and store them from it;
         per-key results."""
+        if self.shared:
+            return self._put_shared(op, keys, values, config)
         staged = staging_area(values)
         if staged is None:
             return [INVALID_PARAMS] * len(keys)
@@ -336,6 +345,36 @@ class StoreCalls:
         finally:
             self.unregister(base)
             del area
+
+    def _put_shared(
+        self, op: int, keys: list[Any], values: Sequence[Any], config: Any
+    ) -> list[int]:
+        """:meth:`_put_staged` through a segment of Mooncake's shared memory, registered with
+        a dummy client's service for the call."""
+        views = [memoryview(v).cast("B") for v in values]
+        if any(not v.nbytes for v in views):
+            return [INVALID_PARAMS] * len(keys)
+        total = sum(v.nbytes for v in views)
+        try:
+            base = shm_alloc(total)
+        except MooncakeError:
+            return [NO_AVAILABLE_HANDLE] * len(keys)
+        try:
+            addrs, sizes, pos = [], [], 0
+            for v in views:
+                ctypes.memmove(base + pos, v.tobytes(), v.nbytes)
+                addrs.append(base + pos)
+                sizes.append(v.nbytes)
+                pos += v.nbytes
+            rc = self.register(base, total)
+            if rc:
+                return [rc] * len(keys)
+            try:
+                return self.addresses(op, keys, addrs, sizes, config)
+            finally:
+                self.unregister(base)
+        finally:
+            shm_free(base)
 
     def put_parts_many(
         self, op: int, keys: list[Any], parts: Sequence[Sequence[Any]], config: Any

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._capi.shm import shm_alloc
 from ..admin import AdminClient, admin_url_for_master
 from ..client import Client
 from ..errors import MooncakeError
@@ -72,7 +73,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
     nearest supported call: :data:`.unset.UNSUPPORTED`).
     """
 
-    __slots__ = ("client", "_x", "_admin", "__weakref__")
+    __slots__ = ("client", "_x", "_admin", "_dummy", "__weakref__")
 
     def __getattr__(self, name: str) -> Any:
         # Called only for names that are missing.
@@ -82,6 +83,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         self.client: Client | None = None
         self._x: StoreCalls | Unset = UNSET
         self._admin: AdminClient | None = None
+        self._dummy = False  # set up by setup_dummy (a client of a client service)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -117,6 +119,49 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         self._admin = AdminClient(str(admin_url)) if admin_url else None
         return 0
 
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
+        """Mooncake's ``setup_dummy``: become a client of the standalone Mooncake client service
+        (``mooncake_client``) at ``server_address`` (its RPC ``host:port``): Mooncake's own
+        DummyClient, which forwards every call to that process and shares memory with it.
+        0, or -1 when the service cannot be reached.  Buffers handed by address must be
+        whole segments from :class:`MooncakeHostMemAllocator` (or :meth:`alloc_from_mem_pool`)
+        registered with :meth:`register_buffer`, as with Mooncake's."""
+        for name, value in (("mem_pool_size", mem_pool_size),
+                            ("local_buffer_size", local_buffer_size)):  # fmt: skip
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise TypeError(f"setup_dummy(): {name} must be a non-negative int, not {value!r}")
+        if not isinstance(server_address, str):
+            raise TypeError(f"setup_dummy(): server_address must be str, not {server_address!r}")
+        self.close()
+        stub = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                "protocol": "tcp", "global_segment_size": "0"}  # fmt: skip
+        try:
+            client = Client(
+                stub, register_l1=False, dummy=(mem_pool_size, local_buffer_size, server_address)
+            )
+        except (MooncakeError, ValueError):
+            return -1  # Mooncake's answer when it cannot connect to the service
+        self.client = client
+        # Mooncake moves a dummy client's bytes only from and to the shared segments
+        # registered with the service: the bytes calls stage through one of those.
+        self._x = StoreCalls(client, staged=True, copies=True, shared=True)
+        self._dummy = True
+        return 0
+
+    def alloc_from_mem_pool(self, size: int, /) -> int:
+        """Mooncake's ``alloc_from_mem_pool``: with a dummy client (:meth:`setup_dummy`), the
+        address of a new shared segment of ``size`` bytes (as
+        :meth:`MooncakeHostMemAllocator.alloc`; 0 if none); otherwise 0, as Mooncake's
+        RealClient answers."""
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise TypeError(f"alloc_from_mem_pool(): size must be a non-negative int, not {size!r}")
+        if self.client is None or not self._dummy:
+            return 0
+        try:
+            return shm_alloc(size)
+        except MooncakeError:
+            return 0
+
     def init_all(self, protocol: str, device_name: str, mount_segment_size: int, /) -> int:
         """Mooncake's init_all: a setup with its fixed ``localhost:12345`` and the etcd at
         ``127.0.0.1:2379`` (-600 once set up, as Mooncake's)."""
@@ -131,6 +176,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         """Tear the client down (0; again: 0).  BufferHandles still alive stay valid: the
         client closes once the last is dropped."""
         calls, self.client, self._x, self._admin = self._x, None, UNSET, None
+        self._dummy = False
         calls.close()  # once the BufferHandles of the store are dropped, if any are alive
         return 0
 

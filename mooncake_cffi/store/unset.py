@@ -103,17 +103,11 @@ _TENSOR_READ = "get_tensor / batch_get_tensor (get_tensor_with_tp reads key_tp_<
 
 #: Mooncake's public methods the drop-in does not implement -> the nearest supported call.
 UNSUPPORTED: dict[str, str] = {
-    "setup_dummy": (
-        "setup() (the drop-in reaches Mooncake's RealClient only: a dummy client of a "
-        "standalone mooncake_store_service needs Mooncake's DummyClient; keep Mooncake's own "
-        "class for standalone storage)"
-    ),
     "mount_segment": _SETUP_MEMORY,
     "unmount_segment": _SETUP_MEMORY,
     "allocate_and_mount_segment": _SETUP_MEMORY,
     "unmount_and_free_segment": _SETUP_MEMORY,
     "unmount_local_disk_segment": _SETUP_MEMORY,
-    "alloc_from_mem_pool": "register_buffer() on memory of your own",
     "get_offload_rpc_read_count": "store.client.op_stats() (per-operation counters)",
     "batch_replica_clear": "batch_remove()",
     "create_copy_task": "put / batch_put_from with config.replica_num or preferred_segments",

@@ -104,6 +104,46 @@ void release(mcs_client *c) {
 
 using namespace mcs::capi;
 
+namespace {
+
+// The rest of a client's creation, whichever Mooncake client it drives: the
+// fork check, the lanes, the engine and the registry.
+template <class MakeBackend>
+int create_client(mcs_client **out, const struct mcs_lanes *lanes, bool verify,
+                  MakeBackend make_backend) {
+    const pid_t me = g_pid.load();
+    const pid_t owner = g_mooncake_pid.load();
+    if (owner != 0 && owner != me)
+        return fail(MCS_E_FORKED,
+                    "this process was forked from process " + std::to_string(owner) +
+                        ", which had set up a Mooncake client: Mooncake's process-wide "
+                        "state does not survive fork(), so no client can be created here; "
+                        "start children with the 'spawn' or 'forkserver' method "
+                        "(multiprocessing.set_start_method), or create clients only in "
+                        "processes that never had one");
+    auto h = std::make_unique<mcs_client>();
+    h->pid = me;
+    // Validate the lane layout before touching the network.
+    mcs_lanes layout = read_sized(lanes, "struct mcs_lanes");
+    mcs::Engine::validate_lanes(&layout);
+    auto backend = make_backend();
+    if (verify) {
+        h->integrity = std::make_shared<mcs::IntegrityCounters>();
+        backend = mcs::make_integrity_backend(std::move(backend), h->integrity);
+    }
+    h->engine = std::make_unique<mcs::Engine>(std::move(backend), &layout);
+    {
+        std::lock_guard<std::mutex> lk(g_registry_mu);
+        g_registry->insert(h.get());
+    }
+    pid_t unset = 0;
+    g_mooncake_pid.compare_exchange_strong(unset, me);
+    *out = h.release();
+    return MCS_OK;
+}
+
+}  // namespace
+
 extern "C" {
 
 int mcs_version(void) {
@@ -185,35 +225,41 @@ int mcs_client_create(mcs_client **out, const char *const *keys, const char *con
             k.emplace_back(keys[i]);
             v.emplace_back(values[i]);
         }
-        const pid_t me = g_pid.load();
-        const pid_t owner = g_mooncake_pid.load();
-        if (owner != 0 && owner != me)
-            return fail(MCS_E_FORKED,
-                        "this process was forked from process " + std::to_string(owner) +
-                            ", which had set up a Mooncake client: Mooncake's process-wide "
-                            "state does not survive fork(), so no client can be created here; "
-                            "start children with the 'spawn' or 'forkserver' method "
-                            "(multiprocessing.set_start_method), or create clients only in "
-                            "processes that never had one");
-        auto h = std::make_unique<mcs_client>();
-        h->pid = me;
-        // Validate the lane layout before touching the network.
-        mcs_lanes layout = read_sized(lanes, "struct mcs_lanes");
-        mcs::Engine::validate_lanes(&layout);
-        auto backend = mcs::make_mooncake_backend(k, v, probe_timeout_ms);
-        if (verify) {
-            h->integrity = std::make_shared<mcs::IntegrityCounters>();
-            backend = mcs::make_integrity_backend(std::move(backend), h->integrity);
-        }
-        h->engine = std::make_unique<mcs::Engine>(std::move(backend), &layout);
-        {
-            std::lock_guard<std::mutex> lk(g_registry_mu);
-            g_registry->insert(h.get());
-        }
-        pid_t unset = 0;
-        g_mooncake_pid.compare_exchange_strong(unset, me);
-        *out = h.release();
+        return create_client(out, lanes, verify,
+                             [&] { return mcs::make_mooncake_backend(k, v, probe_timeout_ms); });
+    });
+}
+
+int mcs_client_create_dummy(mcs_client **out, uint64_t mem_pool_size, uint64_t local_buffer_size,
+                            const char *server_address, const struct mcs_lanes *lanes,
+                            int probe_timeout_ms) {
+    if (!out) return fail(MCS_E_INVALID_ARG, "out is NULL");
+    *out = nullptr;
+    if (!server_address) return fail(MCS_E_INVALID_ARG, "server_address is NULL");
+    return guarded([&]() -> int {
+        const std::string addr = server_address;
+        return create_client(out, lanes, false, [&] {
+            return mcs::make_dummy_backend(size_t(mem_pool_size), size_t(local_buffer_size), addr,
+                                           probe_timeout_ms);
+        });
+    });
+}
+
+int mcs_shm_alloc(void **ptr_out, uint64_t size) {
+    if (!ptr_out) return fail(MCS_E_INVALID_ARG, "ptr_out is NULL");
+    *ptr_out = nullptr;
+    return guarded([&] {
+        *ptr_out = mcs::shm_alloc(size_t(size));
         return MCS_OK;
+    });
+}
+
+int mcs_shm_free(void *ptr) {
+    if (!ptr) return fail(MCS_E_INVALID_ARG, "ptr is NULL");
+    return guarded([&] {
+        if (!mcs::shm_free(ptr))
+            return fail(MCS_E_INVALID_ARG, "not the start of a segment mcs_shm_alloc returned");
+        return ok();
     });
 }
 

@@ -281,12 +281,31 @@ bool image_matches(const char *path, Layout layout, std::string &why) {
     return ok;
 }
 
+// The wheel's calls of one client class: RealClient's, or DummyClient's (a
+// client of a standalone client service).
+struct ClientCalls {
+    const Symbols *sym;
+    UpsertMulti upsert_multi;
+    IntoRanges5 into_ranges5;
+    IntoRanges6 into_ranges6;
+    bool session;  // RealClient's session API
+    bool dummy;    // DummyClient: its reads are the service's (no replica failover here)
+    const char *name;
+};
+
 class MooncakeBackend final : public Backend {
 public:
     // pool_key: where the client goes when closed (ha_pool.hpp), "" to tear it down.
     MooncakeBackend(std::shared_ptr<RealClient> client, bool ha, bool segment,
-                    std::string pool_key = {})
-        : client_(std::move(client)), ha_(ha), segment_(segment), pool_key_(std::move(pool_key)) {}
+                    const ClientCalls &calls, std::string pool_key = {})
+        : client_(std::move(client)),
+          ha_(ha),
+          segment_(segment),
+          pool_key_(std::move(pool_key)),
+          sym_(calls.sym),
+          calls_(calls) {
+        if (calls.dummy) replica_failover_ = false;
+    }
     ~MooncakeBackend() override {
         if (leak_) {
             // The process is about to _exit: destroying RealClient would run the
@@ -300,17 +319,17 @@ public:
     // Single keys take Mooncake's single-key calls: one RPC without the
     // batch bookkeeping (measurably faster for the small-operation path).
     std::vector<int> exists(const StrVec &keys) override {
-        if (keys.size() == 1) return {g_sym.is_exist(client_.get(), keys[0])};
-        return g_sym.batch_exists(client_.get(), keys);
+        if (keys.size() == 1) return {sym_->is_exist(client_.get(), keys[0])};
+        return sym_->batch_exists(client_.get(), keys);
     }
     std::vector<int64_t> get_into(const StrVec &keys, const PtrVec &bufs,
                                   const SizeVec &sizes) override {
         std::vector<int64_t> r;
         ChoiceRecorder rec;
         if (keys.size() == 1 && single_get_ && !any_suspects())
-            r = {g_sym.get_into(client_.get(), keys[0], bufs[0], sizes[0])};
+            r = {sym_->get_into(client_.get(), keys[0], bufs[0], sizes[0])};
         else
-            r = g_sym.batch_get(client_.get(), keys, bufs, sizes);
+            r = sym_->batch_get(client_.get(), keys, bufs, sizes);
         // One key: the endpoint chosen is that key's (of a batch, not known per key).
         if (keys.size() == 1 && r.size() == 1 && r[0] == kTransferFail) mark_suspect(rec.endpoint);
         if (!rec.alternatives) return r;  // no key read here had a replica to go on to
@@ -331,7 +350,7 @@ public:
         bool moved = false;
         for (int attempt = 0; attempt < 3 && r == kTransferFail; attempt++) {
             ChoiceRecorder rec;
-            r = g_sym.batch_get(client_.get(), StrVec{key}, PtrVec{buf}, SizeVec{size}).at(0);
+            r = sym_->batch_get(client_.get(), StrVec{key}, PtrVec{buf}, SizeVec{size}).at(0);
             moved = moved || rec.moved;
             if (r == kTransferFail) {
                 if (rec.endpoint.empty()) break;  // not chosen here: nothing to avoid
@@ -352,10 +371,10 @@ public:
             // A replica chosen and no value: its transfer failed (or the local
             // buffer had no room): later reads prefer another replica.
             ChoiceRecorder rec;
-            handles->push_back(g_sym.get_buffer(client_.get(), keys[0]));
+            handles->push_back(sym_->get_buffer(client_.get(), keys[0]));
             if (!handles->back()) mark_suspect(rec.endpoint);
         } else {
-            *handles = g_sym.batch_get_buffer(client_.get(), keys);
+            *handles = sym_->batch_get_buffer(client_.get(), keys);
         }
         HeldValues out;
         const size_t n = handles->size();
@@ -365,8 +384,8 @@ public:
         for (size_t i = 0; i < n; i++) {
             const BufferHandle *h = (*handles)[i].get();
             if (!h) continue;
-            out.values[i] = g_sym.handle_ptr(h);
-            out.sizes[i] = int64_t(g_sym.handle_size(h));
+            out.values[i] = sym_->handle_ptr(h);
+            out.sizes[i] = int64_t(sym_->handle_size(h));
             any = true;
         }
         if (any) out.hold = std::move(handles);
@@ -382,11 +401,11 @@ public:
         with_replicate_config(g_layout, opts, group_ids, [&](const void *config) {
             auto &cfg = *static_cast<const ReplicateConfig *>(config);
             if (keys.size() == 1)  // Mooncake's single-key call: one RPC, no batch machinery
-                out = {upsert ? g_sym.upsert_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)
-                              : g_sym.put_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)};
+                out = {upsert ? sym_->upsert_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)
+                              : sym_->put_one(client_.get(), keys[0], bufs[0], sizes[0], cfg)};
             else
-                out = upsert ? g_sym.batch_upsert(client_.get(), keys, bufs, sizes, cfg)
-                             : g_sym.batch_put(client_.get(), keys, bufs, sizes, cfg);
+                out = upsert ? sym_->batch_upsert(client_.get(), keys, bufs, sizes, cfg)
+                             : sym_->batch_put(client_.get(), keys, bufs, sizes, cfg);
         });
         return write_results(std::move(out));
     }
@@ -395,7 +414,7 @@ public:
         PtrVecs all_bufs;
         SizeVecs all_sizes;
         nest(bufs, sizes, first, all_bufs, all_sizes);
-        std::vector<int> r = g_sym.batch_get_multi(client_.get(), keys, all_bufs, all_sizes, false);
+        std::vector<int> r = sym_->batch_get_multi(client_.get(), keys, all_bufs, all_sizes, false);
         return std::vector<int64_t>(r.begin(), r.end());
     }
     std::vector<int> put_from_parts(const StrVec &keys, const PtrVec &bufs, const SizeVec &sizes,
@@ -407,54 +426,54 @@ public:
         std::vector<int> out;
         with_replicate_config(g_layout, opts, group_ids, [&](const void *config) {
             auto &cfg = *static_cast<const ReplicateConfig *>(config);
-            out = upsert ? g_upsert_multi(client_.get(), keys, all_bufs, all_sizes, cfg)
-                         : g_sym.batch_put_multi(client_.get(), keys, all_bufs, all_sizes, cfg);
+            out = upsert ? calls_.upsert_multi(client_.get(), keys, all_bufs, all_sizes, cfg)
+                         : sym_->batch_put_multi(client_.get(), keys, all_bufs, all_sizes, cfg);
         });
         return write_results(std::move(out));
     }
     void check_parts(int op) override {
-        if (op == MCS_OP_UPSERT && !g_upsert_multi)
+        if (op == MCS_OP_UPSERT && !calls_.upsert_multi)
             throw Error(MCS_E_UNSUPPORTED,
                         "upsert of multi-part values needs Mooncake 0.3.13 or later (the loaded "
                         "wheel, " +
                             g_version + ", has no batch_upsert_from_multi_buffers)");
     }
     int64_t exists_one(const std::string &key) override {
-        return g_sym.is_exist(client_.get(), key);
+        return sym_->is_exist(client_.get(), key);
     }
     int64_t get_one(const std::string &key, void *buf, size_t size) override {
         if (!single_get_ || any_suspects()) return get_into(StrVec{key}, {buf}, {size}).at(0);
         ChoiceRecorder rec;
-        int64_t r = g_sym.get_into(client_.get(), key, buf, size);
+        int64_t r = sym_->get_into(client_.get(), key, buf, size);
         if (r != kTransferFail) return r;
         mark_suspect(rec.endpoint);
         return rec.alternatives ? reread(key, buf, size) : r;
     }
     int64_t remove_one(const std::string &key, bool force) override {
-        return g_sym.remove_one(client_.get(), key, force);
+        return sym_->remove_one(client_.get(), key, force);
     }
     int64_t put_one(const std::string &key, void *buf, size_t size, const ReplicaOptions &opts,
                     bool upsert) override {
         int r = MCS_E_INTERNAL;
         with_replicate_config(g_layout, opts, nullptr, [&](const void *config) {
             auto &cfg = *static_cast<const ReplicateConfig *>(config);
-            r = upsert ? g_sym.upsert_one(client_.get(), key, buf, size, cfg)
-                       : g_sym.put_one(client_.get(), key, buf, size, cfg);
+            r = upsert ? sym_->upsert_one(client_.get(), key, buf, size, cfg)
+                       : sym_->put_one(client_.get(), key, buf, size, cfg);
         });
         return r == kObjectNotFound ? kTransferFail : r;
     }
     std::vector<int> remove(const StrVec &keys, bool force) override {
-        if (keys.size() == 1) return {g_sym.remove_one(client_.get(), keys[0], force)};
-        return g_sym.batch_remove(client_.get(), keys, force);
+        if (keys.size() == 1) return {sym_->remove_one(client_.get(), keys[0], force)};
+        return sym_->batch_remove(client_.get(), keys, force);
     }
-    int64_t remove_all(bool force) override { return g_sym.remove_all(client_.get(), force); }
+    int64_t remove_all(bool force) override { return sym_->remove_all(client_.get(), force); }
     int64_t remove_by_regex(const std::string &pattern, bool force) override {
-        return g_sym.remove_by_regex(client_.get(), pattern, force);
+        return sym_->remove_by_regex(client_.get(), pattern, force);
     }
-    int health_check() override { return g_sym.health_check(client_.get()); }
-    int64_t size(const std::string &key) override { return g_sym.get_size(client_.get(), key); }
+    int health_check() override { return sym_->health_check(client_.get()); }
+    int64_t size(const std::string &key) override { return sym_->get_size(client_.get(), key); }
     int register_buffer(void *ptr, size_t size) override {
-        int rc = g_sym.register_buffer(client_.get(), ptr, size);
+        int rc = sym_->register_buffer(client_.get(), ptr, size);
         if (rc == 0 && !pool_key_.empty()) {
             std::lock_guard<std::mutex> lk(regs_mu_);
             regs_.push_back(ptr);
@@ -462,7 +481,7 @@ public:
         return rc;
     }
     int unregister_buffer(void *ptr) override {
-        int rc = g_sym.unregister_buffer(client_.get(), ptr);
+        int rc = sym_->unregister_buffer(client_.get(), ptr);
         if (rc == 0 && !pool_key_.empty()) {
             std::lock_guard<std::mutex> lk(regs_mu_);
             auto it = std::find(regs_.begin(), regs_.end(), ptr);
@@ -472,14 +491,15 @@ public:
     }
     Ranges get_into_ranges(const PtrVec &bufs, const std::vector<StrVec> &keys, const SizeNest &dst,
                            const SizeNest &src, const SizeNest &sizes) override {
-        if (g_into_ranges6)
-            return g_into_ranges6(client_.get(), bufs, keys, dst, src, sizes, nullptr);
-        if (g_into_ranges5) return g_into_ranges5(client_.get(), bufs, keys, dst, src, sizes);
-        throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
-                                           ") has no RealClient::get_into_ranges");
+        if (calls_.into_ranges6)
+            return calls_.into_ranges6(client_.get(), bufs, keys, dst, src, sizes, nullptr);
+        if (calls_.into_ranges5)
+            return calls_.into_ranges5(client_.get(), bufs, keys, dst, src, sizes);
+        throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version + ") has no " +
+                                           calls_.name + "::get_into_ranges");
     }
     std::vector<int> session(const SessionCall &s) override {
-        if (!g_has_session)
+        if (!calls_.session)
             throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
                                                ") has no session API (batch_put_session_start "
                                                "and the rest come with Mooncake 0.3.13)");
@@ -508,7 +528,7 @@ public:
         torn_down_ = true;
         leak_ = true;
     }
-    std::string hostname() override { return g_sym.get_hostname(client_.get()); }
+    std::string hostname() override { return sym_->get_hostname(client_.get()); }
     void teardown() override {
         if (client_ && !torn_down_) {
             torn_down_ = true;
@@ -516,14 +536,14 @@ public:
                 // Kept for the next client of this configuration, with nothing of
                 // this one's registered (the memory may be freed after close).
                 std::lock_guard<std::mutex> lk(regs_mu_);
-                for (void *ptr : regs_) g_sym.unregister_buffer(client_.get(), ptr);
+                for (void *ptr : regs_) sym_->unregister_buffer(client_.get(), ptr);
                 regs_.clear();
                 if (keep(pool_key_, client_)) {
                     client_.reset();
                     return;
                 }
             }
-            g_sym.teardown(client_.get());
+            sym_->teardown(client_.get());
         }
     }
     // An HA client's tearDownAll joins its leader monitor, which waits up to
@@ -550,7 +570,87 @@ private:
     std::vector<void *> regs_;  // registered through this backend (unregistered before keeping)
     bool single_get_ = std::getenv("MCS_BATCH_GET_ONLY") == nullptr;
     bool replica_failover_ = g_replica_choice;
+    const Symbols *sym_;
+    ClientCalls calls_;
 };
+
+// ---------------------------------------------------------------------------
+// A client of a standalone client service (Mooncake's mooncake_client /
+// real_client_main): Mooncake's DummyClient, which forwards every call over
+// RPC to that process and shares memory with it through memfd segments of
+// the process-wide ShmHelper (sent over the service's IPC socket
+// @mooncake_client_<port>.sock).  Optional: all of these symbols, or none.
+
+// DummyClient has no factory in store.so (the binding inlines make_shared),
+// so the shim constructs one in memory of its own with the exported complete-
+// object constructor and destroys it with the complete-object destructor.
+// sizeof(DummyClient) is 608 bytes in 0.3.13.post1 (the binding allocates
+// 0x270 bytes for it and make_shared's 16-byte control block); the room given
+// is 100 times that, so a later layout that grows stays inside it.
+constexpr size_t kDummyRoom = 64 << 10;
+constexpr size_t kDummyAlign = 64;
+
+struct DummySymbols {
+    void (*construct)(void *);
+    void (*destroy)(void *);
+    int (*setup_dummy)(void *, size_t, size_t, const std::string &, const std::string &);
+    void *(*shm_instance)();
+    void *(*shm_allocate)(void *, size_t);
+    int (*shm_free)(void *, void *);
+};
+#define MCS_STR_ARG "RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+constexpr const char *kDummySymbols[] = {
+    "_ZN8mooncake11DummyClientC1Ev",
+    "_ZN8mooncake11DummyClientD1Ev",
+    "_ZN8mooncake11DummyClient11setup_dummyEmm" MCS_STR_ARG "S8_",
+    "_ZN8mooncake9ShmHelper11getInstanceEv",
+    "_ZN8mooncake9ShmHelper8allocateEm",
+    "_ZN8mooncake9ShmHelper4freeEPv",
+};
+#undef MCS_STR_ARG
+static_assert(sizeof(kDummySymbols) / sizeof(kDummySymbols[0]) ==
+                  sizeof(DummySymbols) / sizeof(void *),
+              "one name per dummy symbol");
+DummySymbols g_dsym{};
+Symbols g_dummy{};  // DummyClient's members of the same signatures as RealClient's
+UpsertMulti g_dummy_upsert_multi = nullptr;
+IntoRanges6 g_dummy_into_ranges6 = nullptr;
+bool g_has_dummy = false;
+
+// RealClient's member name -> DummyClient's (same arguments: the class name is
+// one component either way, so the mangled substitutions do not move).
+std::string as_dummy(const char *mangled) {
+    std::string m = mangled;
+    const std::string from = "10RealClient", to = "11DummyClient";
+    auto at = m.find(from);
+    return at == std::string::npos ? std::string() : m.replace(at, from.size(), to);
+}
+
+void resolve_dummy(void *h, const void *const *real) {
+    void *ptrs[sizeof(kSymbols) / sizeof(kSymbols[0])];
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) {
+        const std::string name = as_dummy(kSymbols[i].mangled);
+        if (name.empty()) {  // not a member: BufferHandle's, glog's flag
+            ptrs[i] = const_cast<void *>(real[i]);
+            continue;
+        }
+        // RealClient::create and setup_internal have no DummyClient twin: unused.
+        ptrs[i] = dlsym(h, name.c_str());
+        if (!ptrs[i] && name.find("6create") == std::string::npos &&
+            name.find("setup_internal") == std::string::npos)
+            return;
+    }
+    void *extra[sizeof(kDummySymbols) / sizeof(kDummySymbols[0])];
+    for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+        extra[i] = dlsym(h, kDummySymbols[i]);
+        if (!extra[i]) return;
+    }
+    std::memcpy(&g_dummy, ptrs, sizeof ptrs);
+    std::memcpy(&g_dsym, extra, sizeof extra);
+    g_dummy_upsert_multi = reinterpret_cast<UpsertMulti>(dlsym(h, as_dummy(kUpsertMulti).c_str()));
+    g_dummy_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, as_dummy(kIntoRanges6).c_str()));
+    g_has_dummy = true;
+}
 
 }  // namespace
 
@@ -597,6 +697,7 @@ int load_mooncake(const char *path, const char *version, std::string &msg) {
     g_into_ranges5 = reinterpret_cast<IntoRanges5>(dlsym(h, kIntoRanges5));  // optional
     g_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, kIntoRanges6));  // optional
     resolve_session(h);                                                      // optional
+    resolve_dummy(h, ptrs);                                                  // optional
     g_replica_choice = replica_choice_init(h);                               // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
@@ -634,10 +735,13 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
     // of the same configuration serves it (ha_pool.hpp), else a new one will
     // be kept when it closes.
     const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
+    const ClientCalls calls{&g_sym,        g_upsert_multi, g_into_ranges5, g_into_ranges6,
+                            g_has_session, false,          "RealClient"};
     std::string key = ha && wants_no_segment(cfg) ? pool_key(cfg) : std::string();
     if (!key.empty())
         if (std::shared_ptr<RealClient> kept = take_kept(key))
-            return std::make_unique<MooncakeBackend>(std::move(kept), true, false, std::move(key));
+            return std::make_unique<MooncakeBackend>(std::move(kept), true, false, calls,
+                                                     std::move(key));
     const long free_before = free_fds();
     std::shared_ptr<RealClient> client = g_sym.create();
     if (!client) throw Error(MCS_E_INTERNAL, "RealClient::create() returned null");
@@ -653,8 +757,77 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
         throw Error(code,
                     "Mooncake setup failed: " + describe(code) + (fds.empty() ? "" : "; ") + fds);
     }
-    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg),
+    return std::make_unique<MooncakeBackend>(std::move(client), ha, !wants_no_segment(cfg), calls,
                                              std::move(key));
+}
+
+std::unique_ptr<Backend> make_dummy_backend(size_t mem_pool_size, size_t local_buffer_size,
+                                            const std::string &server_address,
+                                            int probe_timeout_ms) {
+    if (!g_loaded.load())
+        throw Error(MCS_E_NOT_LOADED, "Mooncake is not loaded: call mcs_load() first");
+    if (!g_has_dummy)
+        throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
+                                           ") has no DummyClient (a client of a standalone "
+                                           "client service)");
+    const int port = prepare_client_service(server_address, probe_timeout_ms);
+    *g_sym.minloglevel = g_log_level;
+    void *room = std::aligned_alloc(kDummyAlign, kDummyRoom);
+    if (!room) throw Error(MCS_E_NOMEM, "no memory for a DummyClient");
+    std::memset(room, 0, kDummyRoom);
+    try {
+        g_dsym.construct(room);
+    } catch (...) {
+        std::free(room);
+        throw;
+    }
+    // The opaque RealClient type stands for the DummyClient here: the shim
+    // never looks inside either, it only passes the address to the wheel's
+    // DummyClient members (g_dummy).
+    std::shared_ptr<RealClient> client(static_cast<RealClient *>(room), [](RealClient *p) {
+        g_dsym.destroy(p);
+        std::free(p);
+    });
+    // Mooncake's binding names the service's IPC socket after its RPC port.
+    const std::string ipc = "@mooncake_client_" + std::to_string(port) + ".sock";
+    const int rc =
+        g_dsym.setup_dummy(client.get(), mem_pool_size, local_buffer_size, server_address, ipc);
+    *g_sym.minloglevel = g_log_level;
+    if (rc != 0)
+        throw Error(MCS_E_UNREACHABLE, "Mooncake's DummyClient::setup_dummy failed (" +
+                                           std::to_string(rc) + ") against the client service " +
+                                           server_address + " (IPC socket " + ipc +
+                                           "): is it Mooncake's mooncake_client, and running?");
+    const ClientCalls calls{&g_dummy, g_dummy_upsert_multi, nullptr, g_dummy_into_ranges6, false,
+                            true,     "DummyClient"};
+    return std::make_unique<MooncakeBackend>(std::move(client), false, false, calls);
+}
+
+void *shm_alloc(size_t size) {
+    if (!g_loaded.load())
+        throw Error(MCS_E_NOT_LOADED, "Mooncake is not loaded: call mcs_load() first");
+    if (!g_has_dummy)
+        throw Error(MCS_E_UNSUPPORTED,
+                    "the loaded Mooncake wheel (" + g_version + ") has no ShmHelper");
+    if (size == 0) throw Error(MCS_E_INVALID_ARG, "size is 0");
+    void *p = nullptr;
+    try {
+        p = g_dsym.shm_allocate(g_dsym.shm_instance(), size);
+    } catch (const std::exception &e) {
+        throw Error(MCS_E_NOMEM, std::string("ShmHelper::allocate(") + std::to_string(size) +
+                                     ") failed: " + e.what());
+    }
+    if (!p) throw Error(MCS_E_NOMEM, "ShmHelper::allocate(" + std::to_string(size) + ") failed");
+    return p;
+}
+
+bool shm_free(void *ptr) {
+    if (!g_loaded.load())
+        throw Error(MCS_E_NOT_LOADED, "Mooncake is not loaded: call mcs_load() first");
+    if (!g_has_dummy)
+        throw Error(MCS_E_UNSUPPORTED,
+                    "the loaded Mooncake wheel (" + g_version + ") has no ShmHelper");
+    return g_dsym.shm_free(g_dsym.shm_instance(), ptr) == 0;
 }
 
 }  // namespace mcs

@@ -517,6 +517,22 @@ void prepare_connection(const ConfigMap &cfg, int probe_timeout_ms) {
         probe_address("metadata_server", it->second, t);
 }
 
+int prepare_client_service(const std::string &addr, int probe_timeout_ms) {
+    const char *key = "server_address";
+    std::string host, port, why;
+    if (addr.empty() || has_space(addr))
+        invalid(key, addr, "is empty or contains white space: give the client service's host:port");
+    if (!split_host_port(addr, host, port))
+        invalid(key, addr,
+                "is not host:port (the client service's RPC address, e.g. 127.0.0.1:50052)");
+    if (!valid_port(port)) invalid(key, addr, "has port '" + port + "', which is not 1..65535");
+    if (probe_timeout_ms >= 0 &&
+        !tcp_probe(host, port, probe_timeout_ms ? probe_timeout_ms : 2000, why))
+        throw Error(MCS_E_UNREACHABLE,
+                    std::string("the client service at ") + addr + " is unreachable (" + why + ")");
+    return int(std::strtol(port.c_str(), nullptr, 10));
+}
+
 void commit_process_wide(const ConfigMap &cfg) {
     std::lock_guard<std::mutex> lk(g_process_mu);
     check_process_wide_locked(cfg);

@@ -66,4 +66,11 @@ void prepare_connection(const ConfigMap &cfg, int probe_timeout_ms);
 // throws as above if another thread set up different ones meanwhile).
 void commit_process_wide(const ConfigMap &cfg);
 
+// Before a standalone (dummy) client's setup: `addr` must be host:port of a
+// Mooncake client service (mooncake_client / real_client_main); when
+// probe_timeout_ms >= 0 (0: 2000 ms) its RPC port must accept a TCP connection.
+// Returns the port.  Throws mcs::Error: MCS_E_INVALID_ARG naming the value,
+// MCS_E_UNREACHABLE naming the address and the reason.
+int prepare_client_service(const std::string &addr, int probe_timeout_ms);
+
 }  // namespace mcs

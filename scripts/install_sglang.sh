@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Installs PyPI's sglang beside this package in a virtualenv of its own, for the SGLang tier
+# (tests/test_sglang_*.py run with it): SGLang's HiCache MooncakeStore backend, driven through
+# its own class against Mooncake's and the drop-in's clients.
+#
+# sglang is installed WITHOUT its dependencies (they include CUDA kernels and a serving
+# stack); what its HiCache Mooncake backend imports is installed by name below.  It
+# imports torchvision (sglang.srt.multimodal, through sglang.srt.configs), and PyPI's
+# torchvision does not load beside the CPU torch 2.13.0 ("operator torchvision::nms does
+# not exist"): so torch is sglang's own pin, 2.14.1, with torchvision 0.29.1 (PyPI's
+# builds, CUDA ones that run on the CPU; about 5.5 GB in the virtualenv).
+# The virtualenv is kept in a cache directory outside the work tree and reused while it
+# holds the tested sglang version; only this package is reinstalled into it on each run.
+#
+#   MOONCAKE_CFFI_SGLANG_VENV=DIR   virtualenv location
+#                                   (default: ~/.cache/mooncake-cffi/venv-sglang-<ver>)
+#   SGLANG_VERSION=X.Y.Z            sglang release to install (default: the tested one)
+#   TORCH_VERSION=X.Y.Z             torch release to install first (default 2.14.1)
+#   TORCHVISION_VERSION=X.Y.Z       its torchvision (default 0.29.1)
+#   MOONCAKE_CFFI_WHEEL=cpu|cuda    the Mooncake wheel (default as scripts/install.sh)
+#   MOONCAKE_CFFI_PACKAGE=FILE      a wheel of this package to install, instead of building one
+#                                   from the checkout (scripts/test.sh builds one for all steps)
+# Prints the virtualenv's path on its last line of stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+. scripts/_common.sh
+
+sglang_version=${SGLANG_VERSION:-0.5.23}
+torch_version=${TORCH_VERSION:-2.14.1}
+torchvision_version=${TORCHVISION_VERSION:-0.29.1}
+python=${PYTHON:-python3}
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/mooncake-cffi
+venv=${MOONCAKE_CFFI_SGLANG_VENV:-$cache/venv-sglang-$sglang_version}
+# What `import sglang.srt.mem_cache.storage.mooncake_store.mooncake_store` needs besides
+# torch (measured with sglang 0.5.23).
+pure=(orjson pybase64 pillow ipython traitlets dill apache-tvm-ffi sentencepiece
+    compressed-tensors loguru gguf numpy requests psutil packaging pydantic msgspec
+    transformers starlette pyzmq)
+
+for lib in libibverbs.so.1 libnuma.so.1 libcurl.so.4; do
+    if ! has_lib "$lib"; then ./scripts/install.sh >&2; break; fi
+done
+
+installed() {
+    "$venv/bin/python" - "$sglang_version" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if version("sglang") == sys.argv[1] else 1)
+PY
+}
+
+if [ -x "$venv/bin/python" ] && installed; then
+    log "reusing $venv (sglang $sglang_version)"
+else
+    log "creating $venv with sglang $sglang_version (a few minutes)"
+    if [ -e "$venv" ]; then
+        [ -f "$venv/pyvenv.cfg" ] || { echo "$venv exists and is no virtualenv" >&2; exit 1; }
+        rm -rf "$venv"
+    fi
+    mkdir -p "$(dirname "$venv")"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip >&2
+    pins=("torch==$torch_version" "torchvision==$torchvision_version")
+    "$venv/bin/python" -m pip install -q "${pins[@]}" >&2
+    "$venv/bin/python" -m pip install -q "${pure[@]}" "${pins[@]}" >&2
+    "$venv/bin/python" -m pip install -q --no-deps "sglang==$sglang_version" >&2
+fi
+
+wheel=$(mooncake_wheel)
+package=${MOONCAKE_CFFI_PACKAGE:-.}
+if [ "$package" != . ] && [ ! -f "$package" ]; then
+    echo "MOONCAKE_CFFI_PACKAGE=$package: no such file" >&2
+    exit 1
+fi
+log "installing '$package[$wheel,test]' (mooncake-cffi) into $venv"
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$package" >&2
+"$venv/bin/python" -m pip install -q "$package[$wheel,test]" "torch==$torch_version" \
+    "torchvision==$torchvision_version" >&2
+(cd / && "$venv/bin/python" -c \
+    'import sglang.srt.mem_cache.storage.mooncake_store.mooncake_store as m; print(m.__file__)') >&2
+echo "$venv"
