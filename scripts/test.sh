@@ -16,7 +16,8 @@
 #        they describe this build);
 #      - the foreground: lint (ruff check, ruff format --check, mypy strict on
 #        mooncake_cffi/, clang-format on the sources), then the pytest suite against real
-#        clusters started by its fixtures (its 25 slowest tests listed);
+#        clusters started by its fixtures (its 25 slowest tests listed), the
+#        network-namespace tests last and alone;
 #      - tests, each step waiting for what it needs from the builds lane: the CLI smoke
 #        scripts against local clusters, the Python integration tests once more with the
 #        shim under ASan, the LMCache tier's tests
@@ -228,12 +229,24 @@ lint() {
 step "lint (ruff check, ruff format --check, mypy, clang-format)" lint
 # The 25 slowest tests (setup and teardown counted apart) go into the log.
 # It runs on MOONCAKE_CFFI_TEST_WORKERS processes (default 2; 1: in this process), with
-# pytest-xdist's --dist loadgroup: a module's tests on one worker, every network-namespace
-# test on the same one. Its tests mostly wait: 2 workers took 12 min where 1 took 23.
+# pytest-xdist's --dist loadgroup: a module's tests on one worker. Its tests mostly wait: 2
+# workers took 12 min where 1 took 23.
+# The network-namespace tests (marker ``namespaces``: real links cut, slowed and made lossy)
+# run after the rest, alone: beside the other worker's load, a read after timed-out transfers
+# on a 50 Mbit link came back with other bytes twice in CI (never alone); until that is
+# understood they run as the serial suite ran them.
 workers=${MOONCAKE_CFFI_TEST_WORKERS:-2}
 xdist=()
 [ "$workers" -le 1 ] || xdist=(-n "$workers" --dist loadgroup)
-step "pytest suite" pytest -q --durations=25 "${xdist[@]}" "$@"
+suite() {
+    local rc1=0 rc2=0
+    pytest -q --durations=25 "${xdist[@]}" -m "not asan and not namespaces" "$@" || rc1=$?
+    pytest -q --durations=5 -m "namespaces and not asan" "$@" || rc2=$?
+    # 5: no test selected (e.g. a -k that only matches the other part)
+    if [ "$rc1" -eq 5 ] && [ "$rc2" -eq 5 ]; then return 5; fi
+    { [ "$rc1" -eq 0 ] || [ "$rc1" -eq 5 ]; } && { [ "$rc2" -eq 0 ] || [ "$rc2" -eq 5 ]; }
+}
+step "pytest suite" suite "$@"
 collect_lanes
 
 echo
