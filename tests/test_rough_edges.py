@@ -189,6 +189,7 @@ print(json.dumps({"pending": int(lib.mcs_teardowns_pending())}), flush=True)
 
 
 @pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed")
+@pytest.mark.alone  # a 2 s client TTL: beside another worker's load the child's setup failed
 def test_ctrl_c_ends_the_exit_wait_after_an_ha_close_at_once(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:
@@ -206,6 +207,13 @@ def test_ctrl_c_ends_the_exit_wait_after_an_ha_close_at_once(
             try:
                 assert proc.stdout is not None
                 line = proc.stdout.readline()
+                if not line:  # the child failed before its close: say how
+                    proc.wait(timeout=30)
+                    assert proc.stderr is not None
+                    raise AssertionError(
+                        f"round {round_}: the child exited {proc.returncode} before closing: "
+                        + proc.stderr.read()[-3000:]
+                    )
                 assert json.loads(line)["pending"] >= 1, line
                 time.sleep(1.0)  # inside the exit's wait by now (it lasts up to 30 s)
                 assert proc.poll() is None, "the exit did not wait for the teardown"
