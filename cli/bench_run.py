@@ -228,11 +228,13 @@ def warm_up(client: Any, runner: Runner, show: bool) -> dict[str, Any]:
 
 
 def cleanup(client: Any, keys: Sequence[bytes]) -> tuple[int, str | None]:
-    """Force-remove the keys the bench wrote (absent ones count as removed).
+    """Force-remove the keys the bench wrote (absent ones count as removed), and check that
+    they are gone.
 
-    Keys Mooncake refuses to remove yet (a put that was cut short may still be finishing) are
-    retried for up to :data:`CLEANUP_RETRY_SECONDS`.  Returns how many are left behind and the
-    error name of the last refusal.
+    Keys Mooncake refuses to remove yet (a put that was cut short may still be finishing),
+    and keys still found after their removal, are tried again for up to
+    :data:`CLEANUP_RETRY_SECONDS`.  Returns how many are left behind and why the last of
+    them was (an error name, or ``still present``).
     """
     from mooncake_cffi import error_name
 
@@ -241,6 +243,7 @@ def cleanup(client: Any, keys: Sequence[bytes]) -> tuple[int, str | None]:
     deadline = time.monotonic() + CLEANUP_RETRY_SECONDS
     while True:
         failed: list[bytes] = []
+        removed: list[bytes] = []
         for i in range(0, len(pending), CLEANUP_BATCH):
             chunk = pending[i : i + CLEANUP_BATCH]
             try:
@@ -253,6 +256,20 @@ def cleanup(client: Any, keys: Sequence[bytes]) -> tuple[int, str | None]:
                 if status < 0 and status != OBJECT_NOT_FOUND:
                     failed.append(key)
                     last_error = error_name(status)
+                else:
+                    removed.append(key)
+        for i in range(0, len(removed), CLEANUP_BATCH):
+            chunk = removed[i : i + CLEANUP_BATCH]
+            try:
+                present = client.batch_exists(chunk)
+            except Exception as exc:
+                failed.extend(chunk)
+                last_error = getattr(exc, "name", type(exc).__name__)
+                continue
+            still = [key for key, there in zip(chunk, present, strict=True) if there]
+            if still:
+                failed.extend(still)
+                last_error = "still present"
         if not failed or time.monotonic() >= deadline:
             return len(failed), last_error
         pending = failed

@@ -289,7 +289,8 @@ def test_bench_interrupted_removes_what_it_wrote_and_exits_130(
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert b"interrupted (SIGINT): removed the" in err
-    assert admin.keys(prefix.encode()) == []
+    left = admin.keys(prefix.encode())
+    assert left == [], (err.decode(errors="replace"), [admin.query_key(k) for k in left[:3]])
 
 
 # -- shell ---------------------------------------------------------------------------------
