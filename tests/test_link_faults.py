@@ -430,7 +430,10 @@ def test_own_lanes_keep_master_only_calls_answering_while_transfers_hang(net, wo
     t.cut("c0", "s0")
     for i in range(3):  # fill the data lanes with transfers that cannot finish
         assert w.call("get", [old[i]], 100_000).get("error") == "MCS_E_TIMEOUT"
-        assert w.call("put", [f"{tag}-new-{i}"], 100_000).get("error") == "MCS_E_TIMEOUT"
+        # A put's transfer hangs too, or (when the cut resets a connection Mooncake holds
+        # to the node, seen under load) fails at once: either way it does not store.
+        put = w.call("put", [f"{tag}-new-{i}"], 100_000)
+        assert put.get("error") in ("MCS_E_TIMEOUT", "TRANSFER_FAIL"), put
     answers = [
         w.call("exists", [old[0]]),
         w.call("batch_exists", old),

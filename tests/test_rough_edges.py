@@ -196,7 +196,14 @@ def test_ctrl_c_ends_the_exit_wait_after_an_ha_close_at_once(
     local = make_cluster("64 MB", ha=True, masters=2, client_ttl=2)
     with local:
         cfg = local.client_config(global_segment_size="16 MB")
+        admin = AdminClient(local.metrics_url)
+        nodes = {s.name for s in admin.segments()}  # the storage node's
         for round_ in range(3):
+            # The child cut short before leaves its segment mounted until its 2 s TTL
+            # passes; a put placed there meanwhile fails (TRANSFER_FAIL): wait it out.
+            deadline = time.monotonic() + 15
+            while {s.name for s in admin.segments()} - nodes and time.monotonic() < deadline:
+                time.sleep(0.2)
             proc = subprocess.Popen(
                 [sys.executable, "-c", _EXIT_CHILD, json.dumps(cfg), f"exit-{uuid.uuid4().hex}"],
                 stdout=subprocess.PIPE,
