@@ -125,9 +125,13 @@ bool Lane::try_take_slot(const Tile &t) {
 void Lane::release_slot(const Tile &t) {
     // Waking an idle worker for nothing costs a context switch per call, so
     // only when something is queued (or a stopping lane drained).
-    std::lock_guard<std::mutex> lk(mu_);
-    give(t);
-    wake_after_give();
+    Wake w;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        give(t);
+        w = wake_after_give();
+    }
+    notify(w);
 }
 
 std::deque<Tile>::iterator Lane::next_runnable() {
@@ -150,6 +154,7 @@ bool Lane::enter_direct(int op, bool small) {
 }
 
 void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
+    Wake w;
     bool wake_space;
     {
         std::lock_guard<std::mutex> lk(mu_);
@@ -160,9 +165,10 @@ void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
         hist_.add(latency_us);
         running_--;
         if (small) small_running_[op]--;
-        wake_after_give();
+        w = wake_after_give();
         wake_space = space_waiters_ > 0;
     }
+    notify(w);
     if (wake_space) cv_space_.notify_one();
 }
 
@@ -210,19 +216,33 @@ void Lane::worker_loop() {
         lk.lock();
         running_--;
         if (was_small) small_running_[op]--;
-        wake_after_give();
+        if (Wake w = wake_after_give(); w != Wake::kNone) {
+            lk.unlock();
+            notify(w);
+            lk.lock();
+        }
     }
 }
 
-// mu_ held.  A tile just stopped running: wake a worker for what is queued
-// (it may have been waiting for this tile's small read to end).  When a
-// stopping lane has drained, every worker asleep on a queue it could not run
-// from must see the drain and leave: stop() woke them once, before the queue
-// emptied, and nothing else would.
-void Lane::wake_after_give() {
-    if (!queue_.empty())
+// mu_ held.  A tile just stopped running: whom to wake (Lane::notify, once
+// mu_ is released).  A worker for what is queued (it may have been waiting
+// for this tile's small read to end).  When a stopping lane has drained,
+// every worker asleep on a queue it could not run from must see the drain
+// and leave: stop() woke them once, before the queue emptied, and nothing
+// else would.
+Lane::Wake Lane::wake_after_give() const {
+    if (!queue_.empty()) return Wake::kOne;
+    return stopping_ ? Wake::kAll : Wake::kNone;
+}
+
+// mu_ not held: a worker woken while the waker still holds the mutex would
+// only block on it again (a second context switch per wake-up, which on two
+// cores is most of a small call).  The decision was made under mu_, and a
+// waiter checks its condition under mu_ before it sleeps, so nothing is lost.
+void Lane::notify(Wake w) {
+    if (w == Wake::kOne)
         cv_work_.notify_one();
-    else if (stopping_)
+    else if (w == Wake::kAll)
         cv_work_.notify_all();
 }
 

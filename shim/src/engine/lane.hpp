@@ -117,7 +117,9 @@ private:
     bool runnable(const Tile &t) const;
     void take(const Tile &t);  // mu_ held: counts a running tile
     void give(const Tile &t);  // mu_ held: uncounts it
-    void wake_after_give();    // mu_ held: wakes the workers a freed slot concerns
+    enum class Wake { kNone, kOne, kAll };
+    Wake wake_after_give() const;  // mu_ held: the workers a freed slot concerns
+    void notify(Wake w);           // mu_ released: wakes them
     // The first queued tile that may run now (mu_ held), or queue_.end().
     std::deque<Tile>::iterator next_runnable();
     // Moves the queued tiles that can share `first`'s Mooncake call into
