@@ -18,7 +18,9 @@ and at 1 key the single-key calls: ``get`` / ``is_exist`` / ``get_size`` / ``rem
 put_from of one key).  Small cells get more rounds (20x at 1 key, 5x at 16 keys): one call
 there is ~0.1 ms, so single rounds are noisy.  By default placement is left to the scheduler
 (``--pin none``, as a user runs it); ``--pin split`` puts the cluster on the last CPU and this
-process on the others (see bench/_common.py).
+process on the others (see bench/_common.py).  ``--control`` adds a second instance of
+Mooncake's class as a fourth contender: its ratio to the first is how far the same code
+through two clients of one process differs in the run, the yardstick for the others.
 
     .venv/bin/python bench/batches.py [--rounds N] [--quick] [--ops A,B] [--cells 1,16]
 """
@@ -59,7 +61,6 @@ CELLS = [
 BATCH_OPS = ["batch_get", "batch_exists", "batch_remove", "get_into", "batch_put", "put_from"]
 SINGLE_OPS = ["get", "is_exist", "get_size", "remove", "put", "get_into1", "put_from1"]
 OPS = BATCH_OPS + SINGLE_OPS
-SIDES = ("ours", "dropin", "theirs")
 # Mooncake's get_batch and put_batch copy through its 16 MiB local buffer: 64 MiB does not
 # fit there (its put_batch fails at once), so those cells compare nothing.
 SKIP = {("batch_get", "64 x 1 MiB"), ("batch_put", "64 x 1 MiB")}
@@ -78,10 +79,11 @@ def _quantile(xs: list[float], q: float) -> float:
 
 
 class Cell:
-    """The keys, values and buffers of one batch shape, and its three contenders per op."""
+    """The keys, values and buffers of one batch shape, and its contenders per op."""
 
-    def __init__(self, ours: Any, dropin: Any, theirs: Any, name: str, n: int, size: int) -> None:
-        self.stores = {"ours": ours, "dropin": dropin, "theirs": theirs}
+    def __init__(self, stores: dict[str, Any], name: str, n: int, size: int) -> None:
+        self.stores = stores
+        ours = stores["ours"]
         self.name, self.n, self.size = name, n, size
         tag = name.replace(" ", "")
         self.keys = [f"bench-{tag}-{i:05d}" for i in range(n)]
@@ -96,7 +98,7 @@ class Cell:
             raise SystemExit(f"setup put failed for {name}: {res[:4]}")
         if ours.batch_get(self.keys) != self.values:
             raise SystemExit(f"batch_get returned wrong bytes for {name}")
-        for side in ("dropin", "theirs"):
+        for side in self.stores.keys() - {"ours"}:
             if self.stores[side].get_batch(self.keys[:1]) != self.values[:1]:
                 raise SystemExit(f"{side}'s get_batch does not see our values")
 
@@ -174,9 +176,10 @@ class Cell:
 
 
 def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
-    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    sides = tuple(cell.stores)
+    times: dict[str, list[float]] = {side: [] for side in sides}
     for r in range(rounds + 2):  # two warm-up rounds, discarded
-        order = SIDES[r % 3 :] + SIDES[: r % 3]
+        order = sides[r % len(sides) :] + sides[: r % len(sides)]
         if r % 2:
             order = order[::-1]
         for side in order:
@@ -187,14 +190,14 @@ def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
             cleanup()
             if r >= 2:
                 times[side].append(dt)
-    med = {side: statistics.median(times[side]) for side in SIDES}
-    out: dict[str, Any] = {f"{side}_ms": med[side] * 1e3 for side in SIDES}
-    for side in ("ours", "dropin"):
+    med = {side: statistics.median(times[side]) for side in sides}
+    out: dict[str, Any] = {f"{side}_ms": med[side] * 1e3 for side in sides}
+    for side in (s for s in sides if s != "theirs"):
         paired = [a / b for a, b in zip(times[side], times["theirs"])]
         out[f"{side}_ratio"] = med[side] / med["theirs"]
         out[f"{side}_p10"] = _quantile(paired, 0.1)
         out[f"{side}_p90"] = _quantile(paired, 0.9)
-    for side in SIDES:
+    for side in sides:
         out[f"samples_{side}_ms"] = [x * 1e3 for x in times[side]]
     return out
 
@@ -224,6 +227,12 @@ def main() -> None:
         default="",
         help="comma-separated subset of cells by key count and value size, e.g. 1,16,64x64KiB",
     )
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="a fourth contender: a second instance of Mooncake's class, whose ratio to the "
+        "first shows how far two instances of the same code differ in this run",
+    )
     args = p.parse_args()
     wanted = {c.strip().replace(" ", "") for c in args.cells.split(",") if c.strip()}
     rounds = 5 if args.quick else args.rounds
@@ -235,12 +244,15 @@ def main() -> None:
         ours = our_client(local)
         dropin = dropin_store(local)
         theirs = their_store(local)
+        stores = {"ours": ours, "dropin": dropin, "theirs": theirs}
+        if args.control:
+            stores["control"] = their_store(local)
         warm_segment(ours, 512 * MiB)
         try:
             for name, n, size in CELLS:
                 if wanted and _short(name) not in wanted:
                     continue
-                cell = Cell(ours, dropin, theirs, name, n, size)
+                cell = Cell(stores, name, n, size)
                 cell_rounds = rounds * (20 if n == 1 else 5 if n <= 16 else 1)
                 for op in ops:
                     if (op, name) in SKIP:
@@ -252,18 +264,22 @@ def main() -> None:
                         f"{fmt(res['dropin_ms'])} ms, theirs {fmt(res['theirs_ms'])} ms; "
                         f"ours/theirs {res['ours_ratio']:.2f}, drop-in/theirs "
                         f"{res['dropin_ratio']:.2f} (p10 {res['dropin_p10']:.2f}, "
-                        f"p90 {res['dropin_p90']:.2f})",
+                        f"p90 {res['dropin_p90']:.2f})"
+                        + (f"; control/theirs {res['control_ratio']:.2f}" if args.control else ""),
                         flush=True,
                     )
                 cell.close()
         finally:
-            ours.close()
-            dropin.close()
-            theirs.close()
+            for store in stores.values():
+                store.close()
     print()
     _ratio_table(results, ops, "dropin", "time drop-in / Mooncake's (median; p10-p90 of rounds)")
     print()
     _ratio_table(results, ops, "ours", "time Client / Mooncake's (median; p10-p90 of rounds)")
+    if args.control:
+        print()
+        title = "time Mooncake's second instance / its first (median; p10-p90 of rounds)"
+        _ratio_table(results, ops, "control", title)
     for side in ("dropin", "ours"):
         worst = max(
             (r[f"{side}_ratio"], op, name)

@@ -1,0 +1,369 @@
+"""The stacks' own loops, over Mooncake's class and over the drop-in, in one process.
+
+Each stack's code is PyPI's, run as it runs in a server: the only change is which module
+``mooncake.store`` is while its objects are made (the one import a user changes).
+
+``--stack lmcache`` (run with the LMCache virtualenv's python, ``scripts/install_lmcache.sh``
+prints its path): LMCache's ``MooncakestoreConnector`` in its zero-copy mode
+(``save_chunk_meta`` False), its memory objects from LMCache's ``LocalCPUBackend``, awaited
+on an asyncio loop as LMCache's ``RemoteBackend`` awaits it:
+
+    batched_put        batch_put_from of a batch of fresh chunks (in a worker thread)
+    batched_contains   batched_async_contains: is_exist per key until the first miss
+    batched_get        batch_get_into into freshly allocated memory objects
+    exists             exists_sync of one key
+
+``--stack sglang`` (the SGLang virtualenv's python, ``scripts/install_sglang.sh``): SGLang's
+HiCache ``MooncakeStore`` backend over a host KV pool (the mock of SGLang's own test module),
+with its page keys per tensor-parallel rank:
+
+    batch_set_v1       batch_exists, then batch_put_from of the pages not stored yet (fresh)
+    batch_exists       batch_is_exist of every page's keys
+    batch_get_v1       batch_get_into into the host pool
+    exists             exists of one page's k part
+
+Every round runs each loop on both classes, in an order that alternates each round; printed
+per loop: each median time, the ratio of medians (ours / theirs: < 1 is faster) and the
+p10..p90 of the per-round paired ratios.  Keys are fresh per round and force-removed after
+it (untimed).  Nothing is pinned (``--pin split`` puts the cluster on the last CPU).
+
+    $(scripts/install_lmcache.sh | tail -1)/bin/python bench/stacks.py --stack lmcache
+    $(scripts/install_sglang.sh | tail -1)/bin/python bench/stacks.py --stack sglang [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from _common import banner, check_installed, cluster, fmt, parser, table, write_json
+
+import mooncake_cffi.store as ours_module
+
+SIDES = ("theirs", "ours")
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
+
+
+@contextmanager
+def _as_mooncake(module: Any) -> Iterator[None]:
+    """``mooncake.store`` is ``module`` inside the block (the stacks import it by name)."""
+    import mooncake.store as theirs_module
+
+    saved = sys.modules.get("mooncake.store", theirs_module)
+    sys.modules["mooncake.store"] = module
+    try:
+        yield
+    finally:
+        sys.modules["mooncake.store"] = saved
+
+
+def _module(side: str) -> Any:
+    if side == "ours":
+        return ours_module
+    import mooncake.store as theirs_module
+
+    return theirs_module
+
+
+class Loops:
+    """A stack's loops on one side: ``loops[name]()`` runs one timed call of loop ``name``;
+    ``prepare(round)`` readies the round's fresh keys (untimed), ``finish()`` removes them."""
+
+    names: tuple[str, ...] = ()
+
+    def prepare(self, round_: int) -> None:
+        raise NotImplementedError
+
+    def run(self, name: str) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+# -- LMCache ------------------------------------------------------------------------------
+
+
+class LMCacheLoops(Loops):
+    names = ("batched_put", "batched_contains", "batched_get", "exists")
+
+    def __init__(self, side: str, local: Any, loop: Any, chunks: int, tokens: int) -> None:
+        import torch
+        from lmcache.utils import CacheEngineKey
+        from lmcache.v1.config import LMCacheEngineConfig
+        from lmcache.v1.memory_management import MemoryFormat
+        from lmcache.v1.metadata import LMCacheMetadata
+        from lmcache.v1.storage_backend.connector.mooncakestore_connector import (
+            MooncakestoreConnector,
+        )
+        from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+
+        self.torch, self.key_type, self.fmt = torch, CacheEngineKey, MemoryFormat.KV_2LTD
+        self.loop, self.chunks, self.side = loop, chunks, side
+        # A chunk of a small model's KV: 8 layers, k/v, tokens, 8 heads of 64, float16.
+        self.kv_shape = (8, 2, tokens, 8, 64)
+        self.obj_shape = torch.Size((2, 8, tokens, 8 * 64))
+        self.model = f"bench/{side}-{uuid.uuid4().hex[:8]}"
+        chunk_bytes = 2 * 8 * tokens * 8 * 64 * 2
+        config = LMCacheEngineConfig.from_defaults(
+            chunk_size=tokens, local_cpu=False,
+            max_local_cpu_size=max(0.5, 4 * chunks * chunk_bytes / 2**30),
+            remote_url=f"mooncakestore://{local.master_addr}", remote_serde="naive",
+            extra_config={"local_hostname": "127.0.0.1", "metadata_server": local.metadata_server,
+                          "mooncake_master_server_addr": local.master_addr, "protocol": "tcp",
+                          "mooncake_global_segment_size": 0,
+                          "local_buffer_size": 64 << 20, "save_chunk_meta": False},
+        )  # fmt: skip
+        metadata = LMCacheMetadata(
+            model_name=self.model, world_size=1, local_world_size=1, worker_id=0,
+            local_worker_id=0, kv_dtype=torch.float16, kv_shape=self.kv_shape, chunk_size=tokens,
+        )  # fmt: skip
+        with _as_mooncake(_module(side)):
+            self.cpu = LocalCPUBackend(config, metadata, dst_device="cpu")
+            self.conn = MooncakestoreConnector(loop, self.cpu, config)
+        assert type(self.conn.store) is _module(side).MooncakeDistributedStore
+        self.keys: list[Any] = []
+        self.objs: list[Any] = []
+        self.got: list[Any] = []
+
+    def _await(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def prepare(self, round_: int) -> None:
+        torch = self.torch
+        base = round_ * self.chunks
+        self.keys = [
+            self.key_type(self.model, 1, 0, base + i, torch.float16) for i in range(self.chunks)
+        ]
+        self.objs = []
+        for i in range(self.chunks):
+            obj = self.cpu.allocate(self.obj_shape, torch.float16, self.fmt)
+            obj.tensor.fill_(float((base + i) % 1000))
+            self.objs.append(obj)
+
+    def run(self, name: str) -> None:
+        conn = self.conn
+        if name == "batched_put":
+            self._await(conn.batched_put(self.keys, self.objs))
+        elif name == "batched_contains":
+            hits = self._await(conn.batched_async_contains("bench", self.keys))
+            if hits != len(self.keys):
+                raise RuntimeError(f"{self.side}: {hits} of {len(self.keys)} chunks found")
+        elif name == "batched_get":
+            self._release(self.got)  # the previous call's (verified in finish: the last)
+            self.got = self._await(conn.batched_get(self.keys))
+            if any(g is None for g in self.got):
+                raise RuntimeError(f"{self.side}: a chunk was not read")
+        else:
+            if not conn.exists_sync(self.keys[0]):
+                raise RuntimeError(f"{self.side}: exists_sync missed a stored chunk")
+
+    def finish(self) -> None:
+        for got, obj in zip(self.got, self.objs, strict=False):
+            if got is not None and not self.torch.equal(got.tensor, obj.tensor):
+                raise RuntimeError(f"{self.side}: a chunk read back differs from the one written")
+        self._release(self.objs)
+        self._release(self.got)
+        self.conn.store.batch_remove([k.to_string() for k in self.keys], True)
+        self.objs, self.got = [], []
+
+    @staticmethod
+    def _release(objs: list[Any]) -> None:
+        for o in objs:
+            if o is not None:
+                o.ref_count_down()
+
+    def close(self) -> None:
+        self._await(self.conn.close())
+
+
+# -- SGLang -------------------------------------------------------------------------------
+
+
+class SGLangLoops(Loops):
+    names = ("batch_set_v1", "batch_exists", "batch_get_v1", "exists")
+
+    def __init__(self, side: str, local: Any, tmp: Path, pages: int) -> None:
+        import os
+
+        import torch
+        from sglang.srt.mem_cache.storage.mooncake_store import mooncake_store as sgl
+        from sglang.srt.mem_cache.storage.mooncake_store import test_mooncake_store as sgl_tests
+
+        self.torch, self.side, self.pages, self.sgl_tests = torch, side, pages, sgl_tests
+        role = local.storage_roles[0]
+        path = tmp / f"sglang-{side}.json"
+        path.write_text(json.dumps({
+            "local_hostname": "127.0.0.1", "metadata_server": local.metadata_server,
+            "master_server_address": local.master_addr, "protocol": "tcp", "device_name": "",
+            "global_segment_size": 0, "check_server": False, "standalone_storage": False,
+            "client_server_address": f"{local.address(role)}:{local.ports[role + '_rpc']}",
+        }))  # fmt: skip
+        os.environ["SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"] = str(path)
+        config = sgl_tests.make_hicache_storage_config(is_mla_model=False, tp_rank=0, tp_size=1)
+        # Pages of 2 entries (k and v) of 32 Ki float32 elements each: 128 KiB a part.
+        self.page_elements = 2 * (32 << 10)
+        self.pool, self.buffer = sgl_tests.create_mock_host_kv_cache(
+            2 * pages * self.page_elements, entries_per_page=2, page_elements=32 << 10
+        )
+        with _as_mooncake(_module(side)):
+            self.store = sgl.MooncakeStore(config, mem_pool=self.pool)
+            self.store.register_mem_pool_host(self.pool)
+        assert type(self.store.store) is _module(side).MooncakeDistributedStore
+        self.keys: list[str] = []
+        self.tag = uuid.uuid4().hex[:8]
+
+    def prepare(self, round_: int) -> None:
+        self.keys = [f"bench-{self.side}-{self.tag}-{round_}-{i}" for i in range(self.pages)]
+        self.buffer[: self.pages * self.page_elements].fill_(float(round_ % 100))
+        self.buffer[self.pages * self.page_elements :].fill_(-1.0)
+        store = self.store
+        self.first_part = f"{store._tag_keys(self.keys[:1])[0]}_{store.mha_suffix}_k"
+
+    def run(self, name: str) -> None:
+        torch, store, n = self.torch, self.store, self.pages
+        if name == "batch_set_v1":
+            ok = store.batch_set_v1(self.keys, torch.arange(n))
+            if not all(ok):
+                raise RuntimeError(f"{self.side}: batch_set_v1 stored {sum(ok)} of {n} pages")
+        elif name == "batch_exists":
+            if store.batch_exists(self.keys) != n:
+                raise RuntimeError(f"{self.side}: batch_exists missed stored pages")
+        elif name == "batch_get_v1":
+            ok = store.batch_get_v1(self.keys, torch.arange(n, 2 * n))
+            if not all(ok):
+                raise RuntimeError(f"{self.side}: batch_get_v1 read {sum(ok)} of {n} pages")
+        else:  # exists() asks for the name as given: a page's k part
+            if not store.exists(self.first_part):
+                raise RuntimeError(f"{self.side}: exists missed a stored page")
+
+    def finish(self) -> None:
+        n = self.pages * self.page_elements
+        if not self.torch.equal(self.buffer[:n], self.buffer[n : 2 * n]):
+            raise RuntimeError(f"{self.side}: a page read back differs from the one written")
+        store = self.store
+        names = [f"{k}_{store.mha_suffix}_{p}" for k in store._tag_keys(self.keys) for p in "kv"]
+        store.store.batch_remove(names, True)
+
+    def close(self) -> None:
+        self.store.close()
+        self.store.store.close()
+
+
+# -- the rounds ---------------------------------------------------------------------------
+
+
+def measure(sides: dict[str, Loops], rounds: int, repeat: int) -> dict[str, Any]:
+    """``rounds`` rounds; in each, every loop on both sides in alternating order, the median
+    of ``repeat`` calls kept (the write loop runs once: its keys are fresh)."""
+    names = next(iter(sides.values())).names
+    times: dict[str, dict[str, list[float]]] = {n: {s: [] for s in sides} for n in names}
+    for r in range(rounds):
+        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        for side in order:
+            sides[side].prepare(r)
+        for name in names:
+            calls = 1 if name in ("batched_put", "batch_set_v1") else repeat
+            for side in order:
+                loops = sides[side]
+                took = []
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    loops.run(name)
+                    took.append(time.perf_counter() - t0)
+                times[name][side].append(statistics.median(took))
+        for side in order:
+            sides[side].finish()
+    return times
+
+
+def report(times: dict[str, dict[str, list[float]]], title: str) -> list[dict[str, Any]]:
+    rows, out = [], []
+    for name, by_side in times.items():
+        theirs, ours = by_side["theirs"], by_side["ours"]
+        paired = [o / t for o, t in zip(ours, theirs, strict=True)]
+        m_t, m_o = statistics.median(theirs), statistics.median(ours)
+        cell = {
+            "loop": name,
+            "theirs_ms": m_t * 1e3,
+            "ours_ms": m_o * 1e3,
+            "ratio": m_o / m_t,
+            "p10": _quantile(paired, 0.1),
+            "p90": _quantile(paired, 0.9),
+            "theirs_s": theirs,
+            "ours_s": ours,
+        }
+        out.append(cell)
+        rows.append([
+            name, m_t * 1e3, m_o * 1e3, m_o / m_t,
+            f"{fmt(cell['p10'], 2)}..{fmt(cell['p90'], 2)}",
+        ])  # fmt: skip
+    table(["loop", "Mooncake's ms", "drop-in ms", "ratio", "p10..p90"], rows, title)
+    return out
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--stack", choices=("lmcache", "sglang"), required=True)
+    p.add_argument("--rounds", type=int, default=41, help="rounds (default %(default)s)")
+    p.add_argument("--repeat", type=int, default=5, help="calls of a read loop per round")
+    p.add_argument("--chunks", type=int, default=16, help="LMCache: chunks per batch")
+    p.add_argument("--tokens", type=int, default=256, help="LMCache: tokens per chunk")
+    p.add_argument("--pages", type=int, default=32, help="SGLang: pages per batch")
+    args = p.parse_args()
+    if args.quick:
+        args.rounds, args.repeat = 5, 3
+    check_installed()
+    info = banner(f"stacks ({args.stack})", args)
+    with cluster(args.segment, args.pin) as local, tempfile.TemporaryDirectory() as tmp:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        make: Callable[[str], Loops]
+        if args.stack == "lmcache":
+            size = 2 * 8 * args.tokens * 8 * 64 * 2
+            what = f"{args.chunks} chunks of {args.tokens} tokens ({size >> 10} KiB each)"
+
+            def make(side: str) -> Loops:
+                return LMCacheLoops(side, local, loop, args.chunks, args.tokens)
+        else:
+            what = f"{args.pages} pages of 2 x 128 KiB"
+
+            def make(side: str) -> Loops:
+                return SGLangLoops(side, local, Path(tmp), args.pages)
+
+        sides = {side: make(side) for side in SIDES}
+        try:
+            measure(sides, 2, 1)  # warm-up: connections, the segment's pages
+            times = measure(sides, args.rounds, args.repeat)
+        finally:
+            for loops in sides.values():
+                loops.close()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+    title = f"\n{args.stack}: {what}, {args.rounds} rounds (median of {args.repeat} reads each)"
+    cells = report(times, title)
+    write_json(
+        f"stacks-{args.stack}", {"args": vars(args) | {"out": None}, "cells": cells}, args.out, info
+    )
+
+
+if __name__ == "__main__":
+    main()
