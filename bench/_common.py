@@ -244,6 +244,12 @@ def ms_list(samples_s: Sequence[float]) -> list[float]:
     return [round(x * 1e3, 4) for x in samples_s]
 
 
+def quantile(xs: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``xs`` (p10 / p90 of paired ratios)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
+
+
 def ratio(a: float, b: float) -> float:
     return float(a / b) if b else float("nan")
 

@@ -44,6 +44,7 @@ from _common import (
     our_client,
     parser,
     pc,
+    quantile,
     table,
     their_store,
     warm_segment,
@@ -71,11 +72,6 @@ SKIP |= {(op, c) for op in SINGLE_OPS for c, _, _ in CELLS if c != "1 key"}
 def _short(name: str) -> str:
     """A cell's short name: 64 x 64 KiB gives 64x64KiB, 16 keys gives 16."""
     return name.replace(" keys", "").replace(" key", "").replace(" ", "")
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
 
 
 class Cell:
@@ -195,8 +191,8 @@ def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
     for side in (s for s in sides if s != "theirs"):
         paired = [a / b for a, b in zip(times[side], times["theirs"])]
         out[f"{side}_ratio"] = med[side] / med["theirs"]
-        out[f"{side}_p10"] = _quantile(paired, 0.1)
-        out[f"{side}_p90"] = _quantile(paired, 0.9)
+        out[f"{side}_p10"] = quantile(paired, 0.1)
+        out[f"{side}_p90"] = quantile(paired, 0.9)
     for side in sides:
         out[f"samples_{side}_ms"] = [x * 1e3 for x in times[side]]
     return out

@@ -46,16 +46,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from _common import banner, check_installed, cluster, fmt, parser, table, write_json
+from _common import banner, check_installed, cluster, fmt, parser, quantile, table, write_json
 
 import mooncake_cffi.store as ours_module
 
 SIDES = ("theirs", "ours")
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
 
 
 @contextmanager
@@ -305,8 +300,8 @@ def report(times: dict[str, dict[str, list[float]]], title: str) -> list[dict[st
             "theirs_ms": m_t * 1e3,
             "ours_ms": m_o * 1e3,
             "ratio": m_o / m_t,
-            "p10": _quantile(paired, 0.1),
-            "p90": _quantile(paired, 0.9),
+            "p10": quantile(paired, 0.1),
+            "p90": quantile(paired, 0.9),
             "theirs_s": theirs,
             "ours_s": ours,
         }
