@@ -6,8 +6,10 @@
 :func:`prepared_call` is a batch built once and run again and again (what a microbenchmark of
 the shim alone times); :func:`replica_options` is a replica config as ``struct
 mcs_replica_options``; ``HEADER_PATH``, ``cdef_from_header`` and ``PRECOMPILED`` say where the
-declarations came from.  Calls made this way get the shim's own guarantees (misuse returns an
-error code, never crashes) and nothing more: no deadlines, retries, plans or typed errors.
+declarations came from, ``API_MODE`` whether calls are compiled C calls (the build's
+``_mcs_api`` module) or go through libffi (its ABI-mode fallback).  Calls made this way get
+the shim's own guarantees (misuse returns an error code, never crashes) and nothing more: no
+deadlines, retries, plans or typed errors.
 Everything else in the package reaches the shim through :class:`mooncake_cffi.Client`.
 """
 
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._capi.binding import (
     ABI_VERSION,
+    API_MODE,
     HEADER_PATH,
     PRECOMPILED,
     ensure_mooncake_loaded,
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ABI_VERSION",
+    "API_MODE",
     "Batch",
     "HEADER_PATH",
     "PRECOMPILED",

@@ -59,6 +59,7 @@ def test_cdef_matches_the_exported_symbols():
 
 def test_declarations_are_precompiled_from_the_header():
     assert capi.PRECOMPILED  # the build's out-of-line module, not runtime parsing
+    assert capi.API_MODE  # compiled C calls (_mcs_api), not libffi's
     import cffi
 
     parsed = cffi.FFI()

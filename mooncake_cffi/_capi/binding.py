@@ -1,15 +1,19 @@
-"""Raw cffi binding of the shim (ABI mode): exposes ``ffi`` and ``lib`` only.
+"""Raw cffi binding of the shim: exposes ``ffi`` and ``lib`` only.
 
 The declarations come straight from ``mcs.h`` (the text between its
 ``MCS_CDEF_BEGIN``/``MCS_CDEF_END`` markers, minus preprocessor lines), so the
-header is their single source: the build turns it into cffi's out-of-line module
-``_mcs_ffi`` (fast to import), and the installed header is parsed at run time
-only if that module cannot be loaded.  Importing this module loads ``libmcs.so`` and
-refuses a library whose ABI version differs from the header's.
+header is their single source.  The build turns it into two of cffi's out-of-line
+modules: ``_mcs_api`` (API mode: compiled against the header and linked with
+``libmcs.so``, so each call is a direct C call) and ``_mcs_ffi`` (ABI mode: calls
+through libffi, about 0.3 us more per call).  The package uses the first; the second
+only if the compiled module cannot be imported, and the installed header is parsed at
+run time only if neither can.  Importing this module loads ``libmcs.so`` and refuses a
+library whose ABI version differs from the header's.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from pathlib import Path
@@ -20,6 +24,7 @@ from .cdef import cdef_from_header, header_abi_version
 
 __all__ = [
     "ABI_VERSION",
+    "API_MODE",
     "HEADER_PATH",
     "PRECOMPILED",
     "check",
@@ -47,28 +52,43 @@ def _library_path() -> Path:
 _header_text = HEADER_PATH.read_text()
 
 try:
-    # Written from mcs.h by the build (shim/gen_ffi.py): no header parsing at import.
-    from .._mcs_ffi import ffi as _ffi
-
-    ffi: Any = _ffi
-
-    PRECOMPILED = True
-except ImportError:  # e.g. a cffi runtime older than the one that built the package
-    import cffi
-
-    ffi = cffi.FFI()
-    ffi.cdef(cdef_from_header(_header_text))
-    PRECOMPILED = False
-
-try:
-    # RTLD_GLOBAL: store.so, loaded after it, takes the shim's replica choice
-    # (shim/src/replica_choice.hpp); the shim exports nothing else but mcs_* names.
-    lib: Any = ffi.dlopen(str(_library_path()), ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
+    # Loaded first, RTLD_GLOBAL: store.so, loaded after it, takes the shim's replica choice
+    # (shim/src/mooncake/replica_choice.hpp); the shim exports nothing else but mcs_* names.
+    # The compiled module's own link to libmcs.so then resolves to this very library (by
+    # its soname), so MOONCAKE_CFFI_SHIM chooses the library both modes call.
+    _loaded = ctypes.CDLL(str(_library_path()), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 except OSError as exc:  # pragma: no cover - broken installation
     raise ImportError(
         f"cannot load the mooncake-cffi shim {_library_path()}: {exc}; "
         "reinstall the package (from its clone: pip install --force-reinstall --no-deps .)"
     ) from exc
+
+ffi: Any
+lib: Any
+try:
+    import mooncake_cffi._mcs_api as _api
+
+    ffi, lib = _api.ffi, _api.lib
+
+    #: True when calls go through the compiled module (``_mcs_api``), not libffi.
+    API_MODE = True
+    #: True when the declarations were built from the header, not parsed at import.
+    PRECOMPILED = True
+except ImportError:  # e.g. a Python the package was not built for
+    API_MODE = False
+    try:
+        import mooncake_cffi._mcs_ffi as _abi
+
+        ffi = _abi.ffi
+    except ImportError:  # e.g. a cffi runtime older than the one that built the package
+        import cffi
+
+        ffi = cffi.FFI()
+        ffi.cdef(cdef_from_header(_header_text))
+        PRECOMPILED = False
+    else:
+        PRECOMPILED = True
+    lib = ffi.dlopen(str(_library_path()), ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
 
 ABI_VERSION = header_abi_version(_header_text)
 if lib.mcs_abi_version() != ABI_VERSION:  # pragma: no cover - broken installation
