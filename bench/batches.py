@@ -22,7 +22,15 @@ process on the others (see bench/_common.py).  ``--control`` adds a second insta
 Mooncake's class as a fourth contender: its ratio to the first is how far the same code
 through two clients of one process differs in the run, the yardstick for the others.
 
+Each contender is ``--instances`` clients (default 2), rounds taking them in turn.  One
+client's small calls can run 10-15 % slower than another's of the same class in the same
+process, for as long as both live (how its connections landed on Mooncake's I/O threads),
+so a ratio of one instance each measures that luck as much as the code.  The instances are
+created in a mirrored order (A B C D, then D C B A), so that no contender takes every even or
+every odd place.
+
     .venv/bin/python bench/batches.py [--rounds N] [--quick] [--ops A,B] [--cells 1,16]
+                                      [--control] [--instances K]
 """
 
 from __future__ import annotations
@@ -77,12 +85,14 @@ def _short(name: str) -> str:
 class Cell:
     """The keys, values and buffers of one batch shape, and its contenders per op."""
 
-    def __init__(self, stores: dict[str, Any], name: str, n: int, size: int) -> None:
+    def __init__(
+        self, stores: dict[str, Any], name: str, n: int, size: int, instance: int = 0
+    ) -> None:
         self.stores = stores
         ours = stores["ours"]
         self.name, self.n, self.size = name, n, size
         tag = name.replace(" ", "")
-        self.keys = [f"bench-{tag}-{i:05d}" for i in range(n)]
+        self.keys = [f"bench-{tag}-i{instance}-{i:05d}" for i in range(n)]
         self.src = Arena(n, size)
         self.values = [bytes(v) for v in self.src.views()]
         self.dst = Arena(n, size, fill=0)
@@ -171,12 +181,16 @@ class Cell:
         self.stores["ours"].batch_remove(self.keys, force=True)
 
 
-def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
-    sides = tuple(cell.stores)
+def measure(cells: list[Cell], op: str, rounds: int) -> dict[str, Any]:
+    """Time ``op`` on every contender, ``rounds`` rounds after two warm-up rounds per
+    instance; round ``r`` runs on instance ``r % len(cells)``, in an order that rotates."""
+    sides = tuple(cells[0].stores)
     times: dict[str, list[float]] = {side: [] for side in sides}
-    for r in range(rounds + 2):  # two warm-up rounds, discarded
+    warm = 2 * len(cells)
+    for r in range(rounds + warm):
+        cell = cells[r % len(cells)]
         order = sides[r % len(sides) :] + sides[: r % len(sides)]
-        if r % 2:
+        if (r // len(cells)) % 2:
             order = order[::-1]
         for side in order:
             call, cleanup = cell.prepare(op, side)
@@ -184,7 +198,7 @@ def measure(cell: Cell, op: str, rounds: int) -> dict[str, Any]:
             call()
             dt = pc() - t0
             cleanup()
-            if r >= 2:
+            if r >= warm:
                 times[side].append(dt)
     med = {side: statistics.median(times[side]) for side in sides}
     out: dict[str, Any] = {f"{side}_ms": med[side] * 1e3 for side in sides}
@@ -229,31 +243,45 @@ def main() -> None:
         help="a fourth contender: a second instance of Mooncake's class, whose ratio to the "
         "first shows how far two instances of the same code differ in this run",
     )
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=2,
+        help="clients per contender, taken in turn by the rounds (default 2; see above)",
+    )
     args = p.parse_args()
+    if args.instances < 1:
+        p.error("--instances must be at least 1")
     wanted = {c.strip().replace(" ", "") for c in args.cells.split(",") if c.strip()}
     rounds = 5 if args.quick else args.rounds
     ops = [o for o in args.ops.split(",") if o]
     check_installed()
     info = banner("batches", args)
     results: dict[str, dict[str, Any]] = {}
+    makers: dict[str, Callable[[Any], Any]] = {
+        "ours": our_client,
+        "dropin": dropin_store,
+        "theirs": their_store,
+    }
+    if args.control:
+        makers["control"] = their_store
     with cluster(args.segment, args.pin) as local:
-        ours = our_client(local)
-        dropin = dropin_store(local)
-        theirs = their_store(local)
-        stores = {"ours": ours, "dropin": dropin, "theirs": theirs}
-        if args.control:
-            stores["control"] = their_store(local)
-        warm_segment(ours, 512 * MiB)
+        sets: list[dict[str, Any]] = []
+        for k in range(args.instances):
+            names = list(makers) if k % 2 == 0 else list(makers)[::-1]
+            made = {side: makers[side](local) for side in names}
+            sets.append({side: made[side] for side in makers})
+        warm_segment(sets[0]["ours"], 512 * MiB)
         try:
             for name, n, size in CELLS:
                 if wanted and _short(name) not in wanted:
                     continue
-                cell = Cell(stores, name, n, size)
+                cells = [Cell(stores, name, n, size, k) for k, stores in enumerate(sets)]
                 cell_rounds = rounds * (20 if n == 1 else 5 if n <= 16 else 1)
                 for op in ops:
                     if (op, name) in SKIP:
                         continue
-                    res = measure(cell, op, cell_rounds)
+                    res = measure(cells, op, cell_rounds)
                     results.setdefault(op, {})[name] = res
                     print(
                         f"{op:>13} {name:>12}: ours {fmt(res['ours_ms'])} ms, drop-in "
@@ -264,10 +292,12 @@ def main() -> None:
                         + (f"; control/theirs {res['control_ratio']:.2f}" if args.control else ""),
                         flush=True,
                     )
-                cell.close()
+                for cell in cells:
+                    cell.close()
         finally:
-            for store in stores.values():
-                store.close()
+            for stores in sets:
+                for store in stores.values():
+                    store.close()
     print()
     _ratio_table(results, ops, "dropin", "time drop-in / Mooncake's (median; p10-p90 of rounds)")
     print()
@@ -283,7 +313,12 @@ def main() -> None:
             for name, r in cells.items()
         )
         print(f"\nworst {side} cell: {worst[1]} {worst[2]} at {worst[0]:.2f}")
-    write_json("batches", {"rounds": rounds, "pin": args.pin, "results": results}, args.out, info)
+    write_json(
+        "batches",
+        {"rounds": rounds, "pin": args.pin, "instances": args.instances, "results": results},
+        args.out,
+        info,
+    )
 
 
 if __name__ == "__main__":
