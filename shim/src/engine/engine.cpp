@@ -209,9 +209,13 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
     b->lane->finished(us, failed, b->keys.size());
     mcs_completion c{};
     {
-        std::lock_guard<std::mutex> lk(b->mu);
+        std::unique_lock<std::mutex> lk(b->mu);
         if (b->sync && !b->abandoned) {
             b->done = true;
+            // Woken after the unlock, the caller does not block on b->mu at
+            // once.  `b` (the caller's reference) keeps the batch, and its cv,
+            // alive until this returns.
+            lk.unlock();
             b->cv.notify_all();
             return;
         }
