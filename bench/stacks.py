@@ -25,7 +25,9 @@ with its page keys per tensor-parallel rank:
 Every round runs each loop on both classes, in an order that alternates each round; printed
 per loop: each median time, the ratio of medians (ours / theirs: < 1 is faster) and the
 p10..p90 of the per-round paired ratios.  Keys are fresh per round and force-removed after
-it (untimed).  Nothing is pinned (``--pin split`` puts the cluster on the last CPU).
+it (untimed).  Nothing is pinned (``--pin split`` puts the cluster on the last CPU).  Each
+class is ``--instances`` clients (default 2), taken in turn by the rounds: one client's small
+calls can run 10-15 % slower than another's of the same class for as long as both live.
 
     $(scripts/install_lmcache.sh | tail -1)/bin/python bench/stacks.py --stack lmcache
     $(scripts/install_sglang.sh | tail -1)/bin/python bench/stacks.py --stack sglang [--quick]
@@ -265,12 +267,14 @@ class SGLangLoops(Loops):
 # -- the rounds ---------------------------------------------------------------------------
 
 
-def measure(sides: dict[str, Loops], rounds: int, repeat: int) -> dict[str, Any]:
-    """``rounds`` rounds; in each, every loop on both sides in alternating order, the median
-    of ``repeat`` calls kept (the write loop runs once: its keys are fresh)."""
-    names = next(iter(sides.values())).names
-    times: dict[str, dict[str, list[float]]] = {n: {s: [] for s in sides} for n in names}
+def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str, Any]:
+    """``rounds`` rounds, round ``r`` on the instances ``sets[r % len(sets)]``; in each, every
+    loop on both sides in alternating order, the median of ``repeat`` calls kept (the write
+    loop runs once: its keys are fresh)."""
+    names = next(iter(sets[0].values())).names
+    times: dict[str, dict[str, list[float]]] = {n: {s: [] for s in sets[0]} for n in names}
     for r in range(rounds):
+        sides = sets[r % len(sets)]
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for side in order:
             sides[side].prepare(r)
@@ -322,7 +326,16 @@ def main() -> None:
     p.add_argument("--chunks", type=int, default=16, help="LMCache: chunks per batch")
     p.add_argument("--tokens", type=int, default=256, help="LMCache: tokens per chunk")
     p.add_argument("--pages", type=int, default=32, help="SGLang: pages per batch")
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=2,
+        help="clients per side, taken in turn by the rounds and created in a mirrored order "
+        "(default 2: two clients of one class differ by 10-15 %% in small calls)",
+    )
     args = p.parse_args()
+    if args.instances < 1:
+        p.error("--instances must be at least 1")
     if args.quick:
         args.rounds, args.repeat = 5, 3
     check_installed()
@@ -344,13 +357,17 @@ def main() -> None:
             def make(side: str) -> Loops:
                 return SGLangLoops(side, local, Path(tmp), args.pages)
 
-        sides = {side: make(side) for side in SIDES}
+        sets: list[dict[str, Loops]] = []
+        for k in range(args.instances):
+            made = {side: make(side) for side in (SIDES if k % 2 == 0 else SIDES[::-1])}
+            sets.append({side: made[side] for side in SIDES})
         try:
-            measure(sides, 2, 1)  # warm-up: connections, the segment's pages
-            times = measure(sides, args.rounds, args.repeat)
+            measure(sets, 2 * len(sets), 1)  # warm-up: connections, the segment's pages
+            times = measure(sets, args.rounds, args.repeat)
         finally:
-            for loops in sides.values():
-                loops.close()
+            for sides in sets:
+                for loops in sides.values():
+                    loops.close()
             loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
     title = f"\n{args.stack}: {what}, {args.rounds} rounds (median of {args.repeat} reads each)"
