@@ -197,9 +197,8 @@ class BlockingCalls:
         call that needs a private batch (see :meth:`reused`) gets one.
         """
         # The hot path of every small call: few Python operations, each of them costly
-        # right after a round trip has left the caches cold (and, with threads, held
-        # under the GIL): :meth:`reused`, inlined.
-        rb = self.runner.reused((self.op_timeout if timeout is DEFAULT else timeout) is not None)
+        # right after a round trip has left the caches cold.
+        rb = self.reused(timeout)
         if rb is None:
             packed = Packed(
                 op,
