@@ -22,12 +22,8 @@ process on the others (see bench/_common.py).  ``--control`` adds a second insta
 Mooncake's class as a fourth contender: its ratio to the first is how far the same code
 through two clients of one process differs in the run, the yardstick for the others.
 
-Each contender is ``--instances`` clients (default 2), rounds taking them in turn.  One
-client's small calls can run 10-15 % slower than another's of the same class in the same
-process, for as long as both live (how its connections landed on Mooncake's I/O threads),
-so a ratio of one instance each measures that luck as much as the code.  The instances are
-created in a mirrored order (A B C D, then D C B A), so that no contender takes every even or
-every odd place.
+Each contender is ``--instances`` clients (default 2), created in a mirrored order and
+taken in turn by the rounds (see ``mirrored_sets`` in bench/_common.py for why).
 
     .venv/bin/python bench/batches.py [--rounds N] [--quick] [--ops A,B] [--cells 1,16]
                                       [--control] [--instances K]
@@ -44,11 +40,13 @@ from _common import (
     Arena,
     KiB,
     MiB,
+    add_instances,
     banner,
     check_installed,
     cluster,
     dropin_store,
     fmt,
+    mirrored_sets,
     our_client,
     parser,
     pc,
@@ -243,15 +241,8 @@ def main() -> None:
         help="a fourth contender: a second instance of Mooncake's class, whose ratio to the "
         "first shows how far two instances of the same code differ in this run",
     )
-    p.add_argument(
-        "--instances",
-        type=int,
-        default=2,
-        help="clients per contender, taken in turn by the rounds (default 2; see above)",
-    )
+    add_instances(p)
     args = p.parse_args()
-    if args.instances < 1:
-        p.error("--instances must be at least 1")
     wanted = {c.strip().replace(" ", "") for c in args.cells.split(",") if c.strip()}
     rounds = 5 if args.quick else args.rounds
     ops = [o for o in args.ops.split(",") if o]
@@ -266,11 +257,7 @@ def main() -> None:
     if args.control:
         makers["control"] = their_store
     with cluster(args.segment, args.pin) as local:
-        sets: list[dict[str, Any]] = []
-        for k in range(args.instances):
-            names = list(makers) if k % 2 == 0 else list(makers)[::-1]
-            made = {side: makers[side](local) for side in names}
-            sets.append({side: made[side] for side in makers})
+        sets = mirrored_sets(list(makers), lambda side: makers[side](local), args.instances)
         warm_segment(sets[0]["ours"], 512 * MiB)
         try:
             for name, n, size in CELLS:

@@ -26,8 +26,8 @@ Every round runs each loop on both classes, in an order that alternates each rou
 per loop: each median time, the ratio of medians (ours / theirs: < 1 is faster) and the
 p10..p90 of the per-round paired ratios.  Keys are fresh per round and force-removed after
 it (untimed).  Nothing is pinned (``--pin split`` puts the cluster on the last CPU).  Each
-class is ``--instances`` clients (default 2), taken in turn by the rounds: one client's small
-calls can run 10-15 % slower than another's of the same class for as long as both live.
+class is ``--instances`` clients (default 2), created in a mirrored order and taken in turn
+by the rounds (see ``mirrored_sets`` in bench/_common.py for why).
 
     $(scripts/install_lmcache.sh | tail -1)/bin/python bench/stacks.py --stack lmcache
     $(scripts/install_sglang.sh | tail -1)/bin/python bench/stacks.py --stack sglang [--quick]
@@ -48,7 +48,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from _common import banner, check_installed, cluster, fmt, parser, quantile, table, write_json
+from _common import (
+    add_instances,
+    banner,
+    check_installed,
+    cluster,
+    fmt,
+    mirrored_sets,
+    parser,
+    quantile,
+    table,
+    write_json,
+)
 
 import mooncake_cffi.store as ours_module
 
@@ -269,13 +280,14 @@ class SGLangLoops(Loops):
 
 def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str, Any]:
     """``rounds`` rounds, round ``r`` on the instances ``sets[r % len(sets)]``; in each, every
-    loop on both sides in alternating order, the median of ``repeat`` calls kept (the write
-    loop runs once: its keys are fresh)."""
+    loop on both sides, in an order that alternates each time a set comes round again (so
+    every set runs in both orders), the median of ``repeat`` calls kept (the write loop runs
+    once: its keys are fresh)."""
     names = next(iter(sets[0].values())).names
     times: dict[str, dict[str, list[float]]] = {n: {s: [] for s in sets[0]} for n in names}
     for r in range(rounds):
         sides = sets[r % len(sets)]
-        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        order = list(sides) if (r // len(sets)) % 2 == 0 else list(reversed(sides))
         for side in order:
             sides[side].prepare(r)
         for name in names:
@@ -326,16 +338,8 @@ def main() -> None:
     p.add_argument("--chunks", type=int, default=16, help="LMCache: chunks per batch")
     p.add_argument("--tokens", type=int, default=256, help="LMCache: tokens per chunk")
     p.add_argument("--pages", type=int, default=32, help="SGLang: pages per batch")
-    p.add_argument(
-        "--instances",
-        type=int,
-        default=2,
-        help="clients per side, taken in turn by the rounds and created in a mirrored order "
-        "(default 2: two clients of one class differ by 10-15 %% in small calls)",
-    )
+    add_instances(p)
     args = p.parse_args()
-    if args.instances < 1:
-        p.error("--instances must be at least 1")
     if args.quick:
         args.rounds, args.repeat = 5, 3
     check_installed()
@@ -357,10 +361,7 @@ def main() -> None:
             def make(side: str) -> Loops:
                 return SGLangLoops(side, local, Path(tmp), args.pages)
 
-        sets: list[dict[str, Loops]] = []
-        for k in range(args.instances):
-            made = {side: make(side) for side in (SIDES if k % 2 == 0 else SIDES[::-1])}
-            sets.append({side: made[side] for side in SIDES})
+        sets = mirrored_sets(SIDES, make, args.instances)
         try:
             measure(sets, 2 * len(sets), 1)  # warm-up: connections, the segment's pages
             times = measure(sets, args.rounds, args.repeat)
