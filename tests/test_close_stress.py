@@ -130,12 +130,13 @@ async def async_round(r):
             except ClosedError:
                 return
 
-    # Each client its own keys: two clients upserting one key race in Mooncake's master
-    # (the loser's put ends in ILLEGAL_CLIENT), which is not what this tests.
+    # Each task its own keys: two upserts of one key race in Mooncake's master (the
+    # loser's put ends in ILLEGAL_CLIENT across clients, REPLICA_IS_NOT_READY within one
+    # while the winner's replica is written), which is not what this tests.
     tasks = [
-        asyncio.create_task(worker(ac, readable[i::2]))
+        asyncio.create_task(worker(ac, readable[4 * i + j :: 8]))
         for i, ac in enumerate(clients)
-        for _ in range(4)
+        for j in range(4)
     ]
     await asyncio.sleep(rng.choice([0, 0.002, 0.01, 0.05, 0.1]))
     watchdog(f"asyncio round {r}")
