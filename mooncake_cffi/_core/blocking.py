@@ -53,6 +53,9 @@ from .types import DEFAULT, Timeout
 __all__ = ["BlockingCalls", "NEEDS_PLAN"]
 
 
+_NULL = ffi.NULL
+
+
 def _list(sizes: Sequence[int] | None) -> list[int] | None:
     return None if sizes is None else list(sizes)
 
@@ -198,6 +201,16 @@ class BlockingCalls:
         """
         # The hot path of every small call: few Python operations, each of them costly
         # right after a round trip has left the caches cold.
+        deadline = (self.op_timeout if timeout is DEFAULT else timeout) is not None
+        if buf is None:
+            r = self.runner.one_now(op, key, flags, _NULL, 0, deadline)
+        else:
+            size_ = len(buf) if size is None else size
+            r = self.runner.one_now(op, key, flags, buf, size_, deadline)
+        if isinstance(r, int):
+            return r
+        if r is not None:
+            raise self.runner.refusal(r[0])
         rb = self.reused(timeout)
         if rb is None:
             packed = Packed(

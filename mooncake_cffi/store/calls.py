@@ -101,6 +101,11 @@ class StoreCalls:
 
     def one(self, op: int, key: Any, flags: int = 0, buf: Any = _NULL, size: int = 0) -> int:
         """One key through ``mcs_client_run_one``: its result, or Mooncake's code."""
+        r = self.runner.one_now(op, key, flags, buf, size, self.calls.op_timeout is not None)
+        if isinstance(r, int):
+            return r
+        if r is not None:
+            return repair.one_refused(r[0], op, key.encode())
         rb = self.calls.reused(DEFAULT)
         if rb is None:
             return self._one_private(op, key, flags, buf, size)
