@@ -7,9 +7,11 @@
 the shim alone times); :func:`replica_options` is a replica config as ``struct
 mcs_replica_options``; ``HEADER_PATH``, ``cdef_from_header`` and ``PRECOMPILED`` say where the
 declarations came from, ``API_MODE`` whether calls are compiled C calls (the build's
-``_mcs_api`` module) or go through libffi (its ABI-mode fallback).  Calls made this way get
-the shim's own guarantees (misuse returns an error code, never crashes) and nothing more: no
-deadlines, retries, plans or typed errors.
+``_mcs_api`` module) or go through libffi (its ABI-mode fallback), and ``FAST_CALLS`` whether
+the clients' one-key calls without a buffer take the build's own C function
+(``_capi/fastcall.c``) instead of cffi.  Calls made through ``lib`` get the shim's own
+guarantees (misuse returns an error code, never crashes) and nothing more: no deadlines,
+retries, plans or typed errors.
 Everything else in the package reaches the shim through :class:`mooncake_cffi.Client`.
 """
 
@@ -31,6 +33,7 @@ from ._capi.binding import (
 from ._capi.cdef import cdef_from_header
 from ._capi.marshal import Packed as Batch
 from ._capi.replica_options import replica_options
+from ._capi.runner import FAST_CALLS
 from .status import OP_CODES, OP_GET, OPS
 
 if TYPE_CHECKING:
@@ -40,6 +43,7 @@ __all__ = [
     "ABI_VERSION",
     "API_MODE",
     "Batch",
+    "FAST_CALLS",
     "HEADER_PATH",
     "PRECOMPILED",
     "cdef_from_header",

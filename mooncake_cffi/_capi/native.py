@@ -171,6 +171,10 @@ class NativeClient:
         dummy: tuple[int, int, str] | None = None,
     ) -> None:
         self.handle: Any = None
+        #: The handle's address as an int (0 without one): for the C fast path
+        #: (``_fastcall``), which takes no cdata.  Valid while this object lives: the handle
+        #: is freed only by :meth:`__del__`.
+        self.address = 0
         self.config = config
         #: Orders submits against drains, and guards the registries below.
         self.lock = threading.Lock()
@@ -234,6 +238,7 @@ class NativeClient:
                 )
             )
         self.handle = out[0]
+        self.address = int(ffi.cast("uintptr_t", self.handle))
         _live.add(self)
         try:
             fields = config.replicate_fields()
@@ -349,11 +354,11 @@ class NativeClient:
     def __del__(self) -> None:
         handle = getattr(self, "handle", None)
         if handle is not None:
+            self.handle, self.address = None, 0
             try:
                 lib.mcs_client_free(handle)
             except Exception:
                 pass
-            self.handle = None
 
 
 def _l1_cdata(l1: Any, protocol: str) -> Any:

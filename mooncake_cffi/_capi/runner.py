@@ -38,6 +38,16 @@ from .native import SCRATCH_BYTES, NativeClient, ThreadState
 
 __all__ = ["Runner"]
 
+_fast_run_one: Callable[[int, int, int, object], int | tuple[int] | None] | None
+try:
+    from ._fastcall import run_one as _fast_run_one
+except ImportError:  # a build without it (the calls below then go through cffi)
+    _fast_run_one = None
+
+#: Whether one-key calls without a buffer go through the build's C function
+#: (``_fastcall.run_one``) rather than cffi.
+FAST_CALLS = _fast_run_one is not None
+
 _NULL = ffi.NULL
 _COMPLETION_SIZE = ffi.sizeof("struct mcs_completion")
 _run_one = lib.mcs_client_run_one
@@ -82,18 +92,23 @@ class Runner:
     def one_now(
         self, op: int, key: Any, flags: int, buf: Any, size: int, deadline: bool
     ) -> int | tuple[int] | None:
-        """One ``str`` key through ``mcs_client_run_one`` and this thread's reused results,
-        in one frame: the key's result; ``(the shim's status,)`` when the shim refused the
-        call; None when the call must go the general way (it has a ``deadline``, the
-        reused batch is not free: see :meth:`reused`, or the key is not a UTF-8-encodable
-        ``str``).  ``buf``: cdata of the key's buffer, or NULL.
+        """One ``str`` key through ``mcs_client_run_one``, in one frame: the key's result;
+        ``(the shim's status,)`` when the shim refused the call; None when the call must go
+        the general way (it has a ``deadline``, timed-out batches wait to be reaped, the
+        thread's reused batch is not free: see :meth:`reused`, or the key is not a
+        UTF-8-encodable ``str``).  ``buf``: cdata of the key's buffer, or NULL.
 
         The single-key path of both faces.  Right after a round trip each Python operation
-        costs several times its warm time, so this is :meth:`reused`, the key's encoding
-        and :meth:`one` without the frames and the tuple between them: 3-5 us of the
-        calling thread's CPU per call, measured on one-key exists.
+        costs several times its warm time.  Without a buffer (exists, size, remove) the
+        call is one C function (``_fastcall.run_one``: the key's UTF-8 read where the str
+        keeps it, the result on its own stack); with one, :meth:`reused`, the key's
+        encoding and :meth:`one` without the frames and the tuple between them.
         """
         native = self.native
+        if buf is _NULL and _fast_run_one is not None:
+            if deadline or native.orphans:
+                return None
+            return _fast_run_one(native.address, op, flags, key)
         try:
             rb: ReusedBatch = native.tls.state.batch
         except AttributeError:

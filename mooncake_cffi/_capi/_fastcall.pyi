@@ -1,0 +1,3 @@
+# The C extension built from fastcall.c (see there).
+
+def run_one(handle: int, op: int, flags: int, key: object, /) -> int | tuple[int] | None: ...
