@@ -1,7 +1,7 @@
-"""One-key calls without a buffer take the build's C function (``_capi/fastcall.c``); a key
-that is not a str, a deadline or a key that cannot be encoded takes the general way.  Both
-ways must give the same answers and errors, through both faces, and a closed client must
-refuse them alike."""
+"""Calls on keys alone take the build's C functions (``_capi/fastcall.c``): one key without
+a buffer, or a list of str keys.  Bytes keys, a deadline or a key that cannot be encoded
+take the general way.  Both ways must give the same answers and errors, through both faces,
+and a closed client must refuse them alike."""
 
 from __future__ import annotations
 
@@ -83,3 +83,45 @@ def test_drop_in_answers_alike_for_str_and_bytes_keys(cluster: LocalCluster) -> 
     finally:
         s.close()
     assert s.is_exist(here) < 0 and s.get_size(here) < 0
+
+
+def test_drop_in_batches_answer_alike_through_both_ways(cluster: LocalCluster) -> None:
+    s = MooncakeDistributedStore()
+    assert s.setup(*setup_args(cluster)) == 0
+    try:
+        keys = [_key(f"batch-{i}") for i in range(40)]
+        assert s.put_batch(keys[:20], [b"z" * 100] * 20) == 0
+        as_bytes = [k.encode() for k in keys]  # the general way
+        assert s.batch_is_exist(keys) == s.batch_is_exist(as_bytes) == [1] * 20 + [0] * 20
+        assert s.batch_is_exist(tuple(keys)) == s.batch_is_exist(keys)  # not a list: general
+        # Batches the shim refuses as a whole are answered key by key, alike both ways.
+        none = _key("none")
+        for odd in ([keys[0], ""], [keys[0], keys[0]], [keys[0], "bad\0key"]):
+            odd_bytes = [k.encode() for k in odd]
+            assert s.batch_is_exist(odd) == s.batch_is_exist(odd_bytes), odd
+            absent = [none if k == keys[0] else k for k in odd]  # removes change nothing
+            absent_bytes = [k.encode() for k in absent]
+            assert s.batch_remove(absent, True) == s.batch_remove(absent_bytes, True), odd
+        assert s.batch_remove(keys, True) == [0] * 20 + [-704] * 20
+        assert s.batch_is_exist(keys) == [0] * 40
+    finally:
+        s.close()
+    assert s.batch_is_exist(keys) == [] or min(s.batch_is_exist(keys)) < 0
+
+
+def test_client_key_batches_answer_alike_through_both_ways(
+    cluster_config: dict[str, Any],
+) -> None:
+    with mc.Client(cluster_config) as c:
+        keys = [_key(f"client-batch-{i}") for i in range(10)]
+        c.batch_put(keys[:5], [b"w" * 10] * 5)
+        assert c.batch_size(keys) == c.batch_size(keys, timeout=5.0) == [10] * 5 + [None] * 5
+        with pytest.raises(mc.MooncakeError) as fast:
+            c.batch_size([keys[0], keys[0]])
+        with pytest.raises(mc.MooncakeError) as general:
+            c.batch_size([keys[0], keys[0]], timeout=5.0)
+        assert type(fast.value) is type(general.value)
+        assert c.batch_remove(keys, force=True) == [0] * 5 + [-704] * 5
+        assert c.batch_remove(keys, force=True, timeout=5.0) == [-704] * 10
+    with pytest.raises(mc.ClosedError):
+        c.batch_remove(keys)

@@ -1,3 +1,6 @@
 # The C extension built from fastcall.c (see there).
 
 def run_one(handle: int, op: int, flags: int, key: object, /) -> int | tuple[int] | None: ...
+def run_keys(
+    handle: int, op: int, flags: int, keys: object, /
+) -> list[int] | tuple[int] | None: ...

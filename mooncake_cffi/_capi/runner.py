@@ -39,13 +39,15 @@ from .native import SCRATCH_BYTES, NativeClient, ThreadState
 __all__ = ["Runner"]
 
 _fast_run_one: Callable[[int, int, int, object], int | tuple[int] | None] | None
+_fast_run_keys: Callable[[int, int, int, object], list[int] | tuple[int] | None] | None
 try:
+    from ._fastcall import run_keys as _fast_run_keys
     from ._fastcall import run_one as _fast_run_one
 except ImportError:  # a build without it (the calls below then go through cffi)
-    _fast_run_one = None
+    _fast_run_one = _fast_run_keys = None
 
-#: Whether one-key calls without a buffer go through the build's C function
-#: (``_fastcall.run_one``) rather than cffi.
+#: Whether the calls on keys alone (one key without a buffer, or a list of keys) go through
+#: the build's C functions (``_fastcall``) rather than cffi.
 FAST_CALLS = _fast_run_one is not None
 
 _NULL = ffi.NULL
@@ -127,6 +129,24 @@ class Runner:
         finally:
             rb.busy = False
         return result if rc == 0 else (rc,)
+
+    def keys_now(
+        self, op: int, keys: list[Any], flags: int, deadline: bool
+    ) -> list[int] | tuple[int] | None:
+        """A batch of keys only (EXISTS, SIZE, REMOVE) through ``mcs_client_run_keys`` in
+        one C function (``_fastcall.run_keys``): the keys' results as ints; ``(the shim's
+        status,)`` when the shim refused the batch; None when the call must go the general
+        way (it has a ``deadline``, timed-out batches wait to be reaped, the build has no
+        C function, or ``keys`` is not a list of UTF-8-encodable ``str``).
+
+        The keys are packed and the results listed in C: right after a round trip,
+        ``"\\0".join(keys).encode()`` and ``ffi.unpack`` cost several times their warm
+        time (24 and 21 us at 1,024 keys, measured).
+        """
+        native = self.native
+        if _fast_run_keys is None or deadline or native.orphans:
+            return None
+        return _fast_run_keys(native.address, op, flags, keys)
 
     def one(
         self, rb: ReusedBatch, op: int, kb: bytes, flags: int, buf: Any, size: int

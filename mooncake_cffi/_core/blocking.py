@@ -254,6 +254,13 @@ class BlockingCalls:
         or, when :meth:`reused` says so, through a private batch.
         """
         n = len(keys)
+        if convert is results_list:  # the ints as they are: in C when it can
+            deadline = (self.op_timeout if timeout is DEFAULT else timeout) is not None
+            r = self.runner.keys_now(op, keys, flags, deadline)
+            if isinstance(r, list):
+                return r, None
+            if r is not None:
+                raise refused(r[0], keys)
         rb = self.reused(timeout)
         if rb is None:
             packed = Packed(op, keys, flags=flags)

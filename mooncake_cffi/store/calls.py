@@ -188,6 +188,11 @@ class StoreCalls:
             return []
         if n == 1:  # the single-key call: Mooncake's answer is the same, and cheaper here
             return [self.one(op, keys[0], flags)]
+        r = self.runner.keys_now(op, keys, flags, self.calls.op_timeout is not None)
+        if isinstance(r, list):
+            return r
+        if r is not None:
+            return self._keys_refused(r[0], op, keys, flags)
         rb = self.calls.reused(DEFAULT)
         if rb is None:
             return self._keys_private(op, keys, flags)
