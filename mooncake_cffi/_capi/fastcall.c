@@ -17,22 +17,32 @@
 
 #include "mcs.h"
 
+/* The arguments both functions start with: (handle, op, flags, ...), four in all.
+ * 0, or -1 with the Python error set. */
+static int call_args(const char *name, PyObject *const *args, Py_ssize_t nargs, void **handle,
+                     int *op, int *flags) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "%s takes 4 arguments (%zd given)", name, nargs);
+        return -1;
+    }
+    *handle = PyLong_AsVoidPtr(args[0]);
+    if (*handle == NULL && PyErr_Occurred()) return -1;
+    *op = PyLong_AsLong(args[1]);
+    if (*op == -1 && PyErr_Occurred()) return -1;
+    *flags = PyLong_AsLong(args[2]);
+    if (*flags == -1 && PyErr_Occurred()) return -1;
+    return 0;
+}
+
 /* run_one(handle, op, flags, key) -> the key's result (int), (status,) when the
  * shim refused the call, or None when key is not a str it can encode (the
  * general way then says why).  handle: the client's address as an int (0 for a
  * closed client: the shim answers MCS_E_INVALID_HANDLE). */
 static PyObject *run_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "run_one takes 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    void *handle = PyLong_AsVoidPtr(args[0]);
-    if (handle == NULL && PyErr_Occurred()) return NULL;
-    int op = PyLong_AsLong(args[1]);
-    if (op == -1 && PyErr_Occurred()) return NULL;
-    int flags = PyLong_AsLong(args[2]);
-    if (flags == -1 && PyErr_Occurred()) return NULL;
+    void *handle;
+    int op, flags;
+    if (call_args("run_one", args, nargs, &handle, &op, &flags)) return NULL;
     if (!PyUnicode_CheckExact(args[3])) Py_RETURN_NONE;
     Py_ssize_t len = 0;
     /* Borrowed from the str (kept by the caller for the whole call). */
@@ -56,16 +66,9 @@ static PyObject *run_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs
  * NUL-separated, before the GIL is released. */
 static PyObject *run_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "run_keys takes 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    void *handle = PyLong_AsVoidPtr(args[0]);
-    if (handle == NULL && PyErr_Occurred()) return NULL;
-    int op = PyLong_AsLong(args[1]);
-    if (op == -1 && PyErr_Occurred()) return NULL;
-    int flags = PyLong_AsLong(args[2]);
-    if (flags == -1 && PyErr_Occurred()) return NULL;
+    void *handle;
+    int op, flags;
+    if (call_args("run_keys", args, nargs, &handle, &op, &flags)) return NULL;
     PyObject *keys = args[3];
     if (!PyList_CheckExact(keys)) Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(keys);
