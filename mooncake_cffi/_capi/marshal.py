@@ -339,10 +339,7 @@ def results_list(results: Any, n: int) -> list[int]:
         small: list[int] = ffi.unpack(results, n)
         return small
     buf = ffi.buffer(results, 8 * n)
-    ones = _ONES[0]
-    if len(ones) < 8 * n:
-        ones = _grow_ones(n)
-    if ones.startswith(buf):
+    if _ones(n).startswith(buf):
         return [1] * n
     if _ZEROS[0].startswith(buf):
         return [0] * n
@@ -364,10 +361,7 @@ def exists_list(results: Any, n: int) -> list[bool] | None:
     Python, 24 us through numpy.
     """
     buf = ffi.buffer(results, 8 * n)
-    ones = _ONES[0]
-    if len(ones) < 8 * n:
-        ones = _grow_ones(n)
-    if ones.startswith(buf):
+    if _ones(n).startswith(buf):
         return [True] * n
     raw = buf[:]
     if raw.count(0) == len(raw):
@@ -385,11 +379,13 @@ _ONES = [_ONE * 1024]
 _ZEROS = [bytes(8 * 1024)]
 
 
-def _grow_ones(n: int) -> bytes:
-    """The cached runs of int64 ones (as the shim writes them) and of zeros, grown to at
-    least n."""
-    ones = _ONES[0] = _ONE * max(n, len(_ONES[0]) // 4)
-    _ZEROS[0] = bytes(len(ones))
+def _ones(n: int) -> bytes:
+    """At least n int64 ones as the shim writes them (cached); the cached zeros of
+    ``_ZEROS[0]`` are then at least as long."""
+    ones = _ONES[0]
+    if len(ones) < 8 * n:
+        ones = _ONES[0] = _ONE * max(n, len(ones) // 4)
+        _ZEROS[0] = bytes(len(ones))
     return ones
 
 

@@ -103,31 +103,22 @@ class Runner:
         The single-key path of both faces.  Right after a round trip each Python operation
         costs several times its warm time.  Without a buffer (exists, size, remove) the
         call is one C function (``_fastcall.run_one``: the key's UTF-8 read where the str
-        keeps it, the result on its own stack); with one, :meth:`reused`, the key's
-        encoding and :meth:`one` without the frames and the tuple between them.
+        keeps it, the result on its own stack); with one (or a build without it), the
+        key is encoded and run through :meth:`reused` and :meth:`one`.
         """
         native = self.native
         if buf is _NULL and _fast_run_one is not None:
             if deadline or native.orphans:
                 return None
             return _fast_run_one(native.address, op, flags, key)
-        try:
-            rb: ReusedBatch = native.tls.state.batch
-        except AttributeError:
-            rb = native.thread().batch
-        if deadline or native.orphans or rb.busy or type(key) is not str:
+        rb = self.reused(deadline)
+        if rb is None or type(key) is not str:
             return None
         try:
             kb = key.encode()
         except UnicodeEncodeError:
             return None
-        results = rb.results
-        rb.busy = True
-        try:
-            rc = _run_one(native.handle, results, op, flags, kb, len(kb), buf, size)
-            result: int = results[0]  # read before another call can reuse the batch
-        finally:
-            rb.busy = False
+        rc, result = self.one(rb, op, kb, flags, buf, size)
         return result if rc == 0 else (rc,)
 
     def keys_now(

@@ -203,10 +203,10 @@ class BlockingCalls:
         # right after a round trip has left the caches cold.
         deadline = (self.op_timeout if timeout is DEFAULT else timeout) is not None
         if buf is None:
-            r = self.runner.one_now(op, key, flags, _NULL, 0, deadline)
+            cbuf, csize = _NULL, 0
         else:
-            size_ = len(buf) if size is None else size
-            r = self.runner.one_now(op, key, flags, buf, size_, deadline)
+            cbuf, csize = buf, len(buf) if size is None else size
+        r = self.runner.one_now(op, key, flags, cbuf, csize, deadline)
         if isinstance(r, int):
             return r
         if r is not None:
@@ -230,11 +230,7 @@ class BlockingCalls:
                 kb = encode_key(key, 0)  # raises, naming the key
         else:
             kb = encode_key(key, 0)
-        if buf is None:
-            buf, size = ffi.NULL, 0
-        elif size is None:
-            size = len(buf)
-        rc, result = self.runner.one(rb, op, kb, flags, buf, size)
+        rc, result = self.runner.one(rb, op, kb, flags, cbuf, csize)
         if rc:
             raise self.runner.refusal(rc)
         return result
