@@ -12,8 +12,9 @@ frozen master or storage node are 30 s per call. So, unless the setup says
 - a :class:`Breaker` watches every call: one that fails after more than :data:`TRIP_AFTER`
   seconds (a store that is frozen, partitioned or dead, not a missing key), or that finds
   the master gone (RPC_FAIL, RPC_TIMEOUT), opens it. While
-  it is open every data call answers at once as Mooncake answers a dead master
-  (RPC_FAIL, -900; ``b""`` and None for values), so the stack recomputes;
+  it is open every data call answers at once with the code of the failure that opened it
+  (RPC_FAIL, -900, for a master that is gone; ``b""`` and None for values), so the stack
+  recomputes;
 - a thread of the breaker asks the master every :data:`PROBE_EVERY` seconds (an existence
   check of one key, on its own) and closes the breaker as soon as an answer comes back
   within :data:`TRIP_AFTER`: reuse resumes by itself, with no restart of the stack.
@@ -41,7 +42,7 @@ MOONCAKE_WAIT = 2.0
 TRIP_AFTER = 1.0
 #: Seconds between the breaker's probes of the master while it is open.
 PROBE_EVERY = 1.0
-#: Mooncake's answer while the breaker is open: RPC_FAIL, as for a master that is gone.
+#: RPC_FAIL: a master that is gone (the breaker's answer when no other code opened it).
 DOWN = -900
 #: The key the probe asks about (it need not exist: an answer is what counts).
 PROBE_KEY = "__mooncake_cffi_fail_open_probe__"
@@ -55,6 +56,12 @@ def _unreachable(result: Any) -> bool:
     if isinstance(result, int):
         return result in UNREACHABLE
     return isinstance(result, list) and any(r in UNREACHABLE for r in result if type(r) is int)
+
+
+def _code(result: Any) -> int:
+    """The first negative code in a call's answer (RPC_FAIL when it has none)."""
+    codes = result if isinstance(result, list) else [result]
+    return next((r for r in codes if type(r) is int and r < 0), DOWN)
 
 
 def _failed(result: Any) -> bool:
@@ -85,6 +92,8 @@ class Breaker:
         self._stopped = threading.Event()
         #: True while calls are answered at once as failures.
         self.open = False
+        #: The code calls answer while it is open: that of the failure that opened it.
+        self.code = DOWN
         #: How many times it opened, and the calls it answered while open.
         self.trips = 0
         self.refused = 0
@@ -93,12 +102,13 @@ class Breaker:
         """After a failed call that started at ``started`` (monotonic) and answered
         ``result``: a slow failure, or a master that did not answer, opens the breaker."""
         if _unreachable(result) or time.monotonic() - started > TRIP_AFTER:
-            self.trip()
+            self.trip(_code(result))
 
-    def trip(self) -> None:
+    def trip(self, code: int = DOWN) -> None:
         with self._lock:
             if self.open or self._stopped.is_set():
                 return
+            self.code = code
             self.open = True
             self.trips += 1
             if self._thread is None or not self._thread.is_alive():
@@ -128,7 +138,7 @@ class Breaker:
             thread.join()
 
     def state(self) -> dict[str, Any]:
-        return {"open": self.open, "trips": self.trips, "refused": self.refused}
+        return {"open": self.open, "code": self.code, "trips": self.trips, "refused": self.refused}
 
 
 class FailOpen:
@@ -154,6 +164,10 @@ class FailOpen:
         breaker = self.breaker
         if breaker.open:
             breaker.refused += 1
+            if down == DOWN:
+                return breaker.code
+            if isinstance(down, list) and down and down[0] == DOWN:
+                return [breaker.code] * len(down)
             return down
         started = time.monotonic()
         result = call(*args)
