@@ -106,14 +106,15 @@ def check(mode, key, got, extra=""):
     if ver is None:  # removed meanwhile: cannot judge
         return
     b = bytes(got)
-    if len(b) == size and b == value(key, ver, size):
+    want = value(key, ver, size)
+    if b == want:
         with lock:
             stats["read_ok"] += 1
         return
     with lock:
         stats["wrong"] += 1
     first_bad = next((i for i in range(0, min(len(b), size), BLOCK)
-                      if b[i:i + BLOCK] != value(key, ver, size)[i:i + BLOCK]), None)
+                      if b[i:i + BLOCK] != want[i:i + BLOCK]), None)
     print(json.dumps({"wrong": mode, "key": key, "ver": ver, "size": size, "got": len(b),
                       "first_bad_block": None if first_bad is None else first_bad // BLOCK,
                       "whose": whose(b), "extra": extra, "t": time.time()}), flush=True)
