@@ -233,19 +233,19 @@ step "lint (ruff check, ruff format --check, mypy, clang-format)" lint
 # It runs on MOONCAKE_CFFI_TEST_WORKERS processes (default 2; 1: in this process), with
 # pytest-xdist's --dist loadgroup: a module's tests on one worker. Its tests mostly wait: 2
 # workers took 12 min where 1 took 23.
-# The network-namespace tests (marker ``namespaces``: real links cut, slowed and made lossy)
-# and the few marked ``alone`` (timing-sensitive) run after the rest, by themselves: beside
-# the other worker's load, a read after timed-out transfers on a 50 Mbit link came back with
-# other bytes twice in CI (never alone); until that is understood they run as the serial
-# suite ran them.
+# The few tests marked ``alone`` (timing-sensitive) run after the rest, by themselves.  The
+# network-namespace tests (marker ``namespaces``) run with the rest again: the wrong bytes a
+# read got beside the other worker's load came from the client's own shortened TCP wait
+# (MC_TCP_STATUS_TIMEOUT_SEC, inherited from the worker's earlier clients), which gave up
+# writes whose bytes then landed in another key; the client no longer shortens it
+# (docs/guide/failures.md, test_link_faults.py's late-write test).
 workers=${MOONCAKE_CFFI_TEST_WORKERS:-2}
 xdist=()
 [ "$workers" -le 1 ] || xdist=(-n "$workers" --dist loadgroup)
 suite() {
     local rc1=0 rc2=0
-    pytest -q --durations=25 "${xdist[@]}" -m "not asan and not (namespaces or alone)" "$@" ||
-        rc1=$?
-    pytest -q --durations=5 -m "(namespaces or alone) and not asan" "$@" || rc2=$?
+    pytest -q --durations=25 "${xdist[@]}" -m "not asan and not alone" "$@" || rc1=$?
+    pytest -q --durations=5 -m "alone and not asan" "$@" || rc2=$?
     # 5: no test selected (e.g. a -k that only matches the other part)
     if [ "$rc1" -eq 5 ] && [ "$rc2" -eq 5 ]; then return 5; fi
     { [ "$rc1" -eq 0 ] || [ "$rc1" -eq 5 ]; } && { [ "$rc2" -eq 0 ] || [ "$rc2" -eq 5 ]; }
