@@ -20,12 +20,12 @@ from process_helpers import freeze
 
 from mooncake_cffi.store import MooncakeDistributedStore
 from mooncake_cffi.store.calls import StoreCalls
-from mooncake_cffi.store.fail_open import MOONCAKE_WAIT, PROBE_EVERY, FailOpen
+from mooncake_cffi.store.fail_open import DEADLINE, PROBE_EVERY, FailOpen
 
 #: Scheduling slack on a loaded 2-core machine, beyond Mooncake's shortened wait.
 SLACK = 2.0
 #: How long a test waits for the breaker to close once the store is back.
-RECOVERY = PROBE_EVERY + MOONCAKE_WAIT + 10.0
+RECOVERY = PROBE_EVERY + DEADLINE + 10.0
 
 
 def positional_setup(local: Any, store: MooncakeDistributedStore) -> int:
@@ -91,7 +91,7 @@ def test_a_frozen_process_costs_one_bounded_call_then_answers_at_once(local, sto
     first = [timed(lambda: store.get(key)) for _ in range(3)]
     # Every call is bounded; the one that finds the store frozen waits for Mooncake's
     # shortened wait, and the breaker answers the rest at once.
-    assert all(took <= MOONCAKE_WAIT + SLACK for _, took in first), first
+    assert all(took <= DEADLINE + SLACK for _, took in first), first
     assert all(got in (b"", value) for got, _ in first)
     assert store._x.breaker.open, first
     for _ in range(20):
@@ -114,7 +114,7 @@ def test_a_killed_master_fails_fast_and_a_restarted_one_is_used_again(local, sto
     local.kill("master")
     for _ in range(10):
         _, took = timed(lambda: (store.is_exist(key), store.get(key), store.put(key + "n", b"x")))
-        assert took <= MOONCAKE_WAIT + SLACK, took
+        assert took <= DEADLINE + SLACK, took
     local.restart("master")
 
     def reused() -> bool:

@@ -18,19 +18,26 @@ from typing import Any
 
 __all__ = [
     "DOWN",
-    "MOONCAKE_WAIT",
+    "DEADLINE",
     "PROBE_EVERY",
     "TRIP_AFTER",
     "Breaker",
     "failed",
 ]
 
-#: Seconds Mooncake waits on a master RPC or a silent transfer peer, under this default.
-MOONCAKE_WAIT = 2.0
+#: The deadline of each call (seconds) of a face that fails open and was given none: its
+#: data calls wait no longer, and Mooncake's master RPCs are shortened to it.
+DEADLINE = 2.0
 #: A failed call slower than this (seconds) opens the breaker.
 TRIP_AFTER = 1.0
-#: Seconds between the breaker's probes of the master while it is open.
+#: Seconds between the breaker's probes while it is open, at first.
 PROBE_EVERY = 1.0
+#: A breaker that opens again within this many seconds of closing doubles the wait between
+#: its probes, up to :data:`PROBE_AT_MOST` (a store that answers the probe but not the
+#: calls, e.g. a frozen storage node behind a live master, costs a call its deadline only
+#: that often); one that stays closed longer starts again from :data:`PROBE_EVERY`.
+FLAPPING = 10.0
+PROBE_AT_MOST = 16.0
 #: RPC_FAIL: a master that is gone (the breaker's answer when no other code opened it).
 DOWN = -900
 #: The key a probe asks about (it need not exist: an answer is what counts).
@@ -71,7 +78,8 @@ class Breaker:
     """Open while the store does not answer in time; a probe thread closes it.
 
     ``probe`` is a call to the master that returns an int (negative: failed); it runs on
-    the breaker's own thread only.
+    the breaker's own thread only. A trip may bring a probe of its own (the read that
+    failed, tried again), used instead until the breaker closes.
     """
 
     def __init__(self, probe: Callable[[], int]) -> None:
@@ -86,17 +94,25 @@ class Breaker:
         #: How many times it opened, and the calls it answered while open.
         self.trips = 0
         self.refused = 0
+        self._trip_probe: Callable[[], int] | None = None
+        self._every = PROBE_EVERY
+        self._closed_at = -FLAPPING
 
-    def observe(self, started: float, result: Any) -> None:
+    def observe(self, started: float, result: Any, probe: Callable[[], int] | None = None) -> None:
         """After a failed call that started at ``started`` (monotonic) and answered
-        ``result``: a slow failure, or a master that did not answer, opens the breaker."""
+        ``result``: a slow failure, or a master that did not answer, opens the breaker
+        (``probe``: the call to try again before closing it, else the master's)."""
         if _unreachable(result) or time.monotonic() - started > TRIP_AFTER:
-            self.trip(_code(result))
+            self.trip(_code(result), probe)
 
-    def trip(self, code: int = DOWN) -> None:
+    def trip(self, code: int = DOWN, probe: Callable[[], int] | None = None) -> None:
         with self._lock:
             if self.open or self._stopped.is_set():
                 return
+            now = time.monotonic()
+            flapping = now - self._closed_at < FLAPPING
+            self._every = min(self._every * 2, PROBE_AT_MOST) if flapping else PROBE_EVERY
+            self._trip_probe = probe
             self.code = code
             self.open = True
             self.trips += 1
@@ -107,15 +123,17 @@ class Breaker:
                 self._thread.start()
 
     def _watch(self) -> None:
-        while not self._stopped.wait(PROBE_EVERY):
+        while not self._stopped.wait(self._every):
             started = time.monotonic()
             try:
-                answer = self._probe()
+                answer = (self._trip_probe or self._probe)()
             except Exception:
                 answer = DOWN
             if answer >= 0 and time.monotonic() - started <= TRIP_AFTER:
                 with self._lock:
                     self.open = False
+                    self._closed_at = time.monotonic()
+                    self._trip_probe = None
                     self._thread = None
                 return
 
@@ -127,4 +145,10 @@ class Breaker:
             thread.join()
 
     def state(self) -> dict[str, Any]:
-        return {"open": self.open, "code": self.code, "trips": self.trips, "refused": self.refused}
+        return {
+            "open": self.open,
+            "code": self.code,
+            "trips": self.trips,
+            "refused": self.refused,
+            "probe_every": self._every,
+        }

@@ -40,8 +40,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._capi.native import shorten_mooncake_timeouts
-from .._core.breaker import MOONCAKE_WAIT, PROBE_KEY, Breaker
+from .._core.breaker import DEADLINE, PROBE_KEY, Breaker
 from .._core.breaker import failed as has_failed
 from ..client import Client, Completion
 from ..errors import MooncakeError
@@ -111,11 +110,11 @@ class MooncakeConnector:
       ``register_l1``, ``l1_block_size``: the :class:`mooncake_cffi.Client` options;
     - ``op_timeout``: bounds Mooncake's own waits (a master RPC, a TCP transfer to a silent
       peer), so a batch against a dead process fails within about that long;
-    - ``fail_open`` (default true): without an ``op_timeout``, Mooncake's own waits are
-      shortened to 2 s, and a batch that fails slowly or finds the master gone opens a
-      breaker: until a probe finds the master answering again, every batch completes at
-      once as failed (lookups and loads find nothing), so LMCache recomputes instead of
-      waiting (:mod:`mooncake_cffi._core.breaker`);
+    - ``fail_open`` (default true): without an ``op_timeout``, every batch has a deadline of
+      2 s (which also shortens Mooncake's master RPC wait), and a batch that fails slowly
+      or finds the master gone opens a breaker: until a probe finds the master answering
+      again, every batch completes at once as failed (lookups and loads find nothing), so
+      LMCache recomputes instead of waiting (:mod:`mooncake_cffi._core.breaker`);
     - ``retry``: ``true`` or an object of :class:`mooncake_cffi.RetryPolicy` fields: the keys
       of a batch that fail with a retryable error (a full pool, a failed transfer or RPC, a
       replica not yet ready) are submitted again after the policy's backoff, and the batch
@@ -152,7 +151,7 @@ class MooncakeConnector:
         self._due: list[tuple[float, int, _Batch]] = []  # retries: (when, id, batch)
         self._breaker: Breaker | None = None
         if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
-            shorten_mooncake_timeouts(MOONCAKE_WAIT)
+            parsed.client_options["op_timeout"] = DEADLINE
         if l1 is None and parsed.store.protocol == "rdma":
             raise ValueError(
                 "RDMA protocol is enabled, but no L1 memory descriptor was provided: LMCache "
@@ -163,9 +162,7 @@ class MooncakeConnector:
         self._client = Client(parsed.store, l1, **parsed.client_options)
         if parsed.fail_open:
             client = self._client
-            self._breaker = Breaker(
-                lambda: int(client.exists(PROBE_KEY, timeout=MOONCAKE_WAIT + 1.0))
-            )
+            self._breaker = Breaker(lambda: int(client.exists(PROBE_KEY, timeout=DEADLINE + 1.0)))
         try:
             self._local_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._epoll = select.epoll()

@@ -22,7 +22,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .._capi.native import shorten_mooncake_timeouts
 from .._capi.shm import shm_alloc
 from ..admin import AdminClient, admin_url_for_master
 from ..client import Client
@@ -34,7 +33,7 @@ from . import replicas, sessions, setup_args
 from . import tensors as tensor_calls
 from .buffer_handles import BufferHandle
 from .calls import StoreCalls, code_of
-from .fail_open import MOONCAKE_WAIT, FailOpen
+from .fail_open import DEADLINE, FailOpen
 from .replicas import ReplicaDescriptor
 from .unset import UNSET, Unset, absent
 
@@ -111,8 +110,11 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         admin_url = merged.pop("admin_url", None)
         fail_open = setup_args.fail_open_option(merged.pop("fail_open", True))
         cfg, options = setup_args.build(merged)
-        if fail_open and options.get("op_timeout") is None:
-            shorten_mooncake_timeouts(MOONCAKE_WAIT)
+        # Failing open, calls on keys alone stay on the calling thread (bounded by
+        # Mooncake's RPC wait, which the client's deadline shortens); data calls take it.
+        keys_on_rpc_wait = fail_open and options.get("op_timeout") is None
+        if keys_on_rpc_wait:
+            options["op_timeout"] = DEADLINE
         try:
             client = Client(cfg, register_l1=False, **options)
         except MooncakeError as exc:
@@ -122,7 +124,9 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         self.client = client
         local_buffer = cfg.setup_config.get("local_buffer_size")
         copies = local_buffer is None or parse_size(local_buffer) != 0
-        calls = StoreCalls(client, staged=cfg.protocol != "tcp", copies=copies)
+        calls = StoreCalls(
+            client, staged=cfg.protocol != "tcp", copies=copies, keys_on_rpc_wait=keys_on_rpc_wait
+        )
         self._x = FailOpen(calls) if fail_open else calls
         master = str(cfg.setup_config.get("master_server_addr", ""))
         if admin_url is None and master and "://" not in master:

@@ -6,9 +6,13 @@ LMCache) call the drop-in with no deadline of their own, and Mooncake's own wait
 frozen master or storage node are 30 s per call. So, unless the setup says
 ``"fail_open": false``:
 
-- Mooncake's own waits are shortened to :data:`MOONCAKE_WAIT` seconds at the source
-  (``MC_RPC_TIMEOUT_MS`` for a master RPC, ``MC_TCP_STATUS_TIMEOUT_SEC`` for a transfer
-  waiting on a silent peer), unless the environment or an ``op_timeout`` sets them;
+- every call has a deadline of :data:`DEADLINE` seconds unless the setup gives an
+  ``op_timeout``: data calls (reads, writes) wait for it on a lane, the calls on keys
+  alone (exists, size, remove) run on the calling thread as without a deadline, bounded by
+  Mooncake's master RPC wait, shortened to the same (``MC_RPC_TIMEOUT_MS``). A transfer
+  that outlives its deadline goes on in the shim, which keeps its memory until Mooncake is
+  done with it: Mooncake's own transfer waits are left as they are, since a write that
+  Mooncake gives up early can land in another key's memory (:doc:`failures`);
 - a breaker (:mod:`mooncake_cffi._core.breaker`) watches every call: one that fails
   after more than :data:`TRIP_AFTER` seconds (a store that is frozen, partitioned or
   dead, not a missing key), or that finds the master gone (RPC_FAIL, RPC_TIMEOUT), opens
@@ -19,7 +23,7 @@ frozen master or storage node are 30 s per call. So, unless the setup says
   check of one key, on its own) and closes the breaker as soon as an answer comes back
   within :data:`TRIP_AFTER`: reuse resumes by itself, with no restart of the stack.
 
-A request therefore waits at most about :data:`MOONCAKE_WAIT` seconds more than its cold
+A request therefore waits at most about :data:`DEADLINE` seconds more than its cold
 time when the store goes away (the call that finds out), and nothing more while it stays
 away. :class:`FailOpen` is the drop-in's calls (:class:`~.calls.StoreCalls`) with the
 breaker in front.
@@ -32,13 +36,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .._capi.binding import ffi
-from .._core.breaker import DOWN, MOONCAKE_WAIT, PROBE_EVERY, PROBE_KEY, TRIP_AFTER, Breaker, failed
-from ..status import OBJECT_NOT_FOUND, OP_EXISTS
+from .._core.breaker import DEADLINE, DOWN, PROBE_EVERY, PROBE_KEY, TRIP_AFTER, Breaker, failed
+from ..status import OBJECT_NOT_FOUND, OP_EXISTS, OP_GET
 
 _NULL = ffi.NULL
 _monotonic = time.monotonic
 
-__all__ = ["MOONCAKE_WAIT", "PROBE_EVERY", "TRIP_AFTER", "FailOpen"]
+__all__ = ["DEADLINE", "PROBE_EVERY", "TRIP_AFTER", "FailOpen"]
 
 
 class FailOpen:
@@ -61,6 +65,18 @@ class FailOpen:
     def close(self) -> None:
         self.breaker.stop()
         self.calls.close()
+
+    def _read_probe(self, key: Any) -> Callable[[], int]:
+        """A probe that reads ``key`` again: it answers once the value can be read, or the
+        master says the key is gone (a node frozen past the masters' TTL loses its keys)."""
+        calls = self.calls
+
+        def probe() -> int:
+            if calls.get(key) != b"" or calls.one(OP_EXISTS, key) == 0:
+                return 0
+            return DOWN
+
+        return probe
 
     def _run(self, call: Callable[..., Any], down: Any, *args: Any) -> Any:
         breaker = self.breaker
@@ -88,11 +104,19 @@ class FailOpen:
         started = _monotonic()
         result = self._one(op, key, flags, buf, size)
         if result < 0 and result != OBJECT_NOT_FOUND:
-            breaker.observe(started, result)
+            breaker.observe(started, result, self._read_probe(key) if op == OP_GET else None)
         return result
 
     def get(self, key: Any) -> Any:
-        return self._run(self.calls.get, b"", key)
+        breaker = self.breaker
+        if breaker.open:
+            breaker.refused += 1
+            return b""
+        started = _monotonic()
+        value = self.calls.get(key)
+        if not value:
+            breaker.observe(started, value, self._read_probe(key))
+        return value
 
     def get_into(self, key: Any, ptr: int, size: int) -> Any:
         return self._run(self.calls.get_into, DOWN, key, ptr, size)
