@@ -299,6 +299,27 @@ class Doctor:
         took = (time.monotonic() - start) * 1000
         return f"put / get / exists / rm of {ROUND_TRIP_BYTES} bytes in {took:.0f} ms"
 
+    def read_failover(self) -> str:
+        from mooncake_cffi import wheel
+        from mooncake_cffi.failover import read_failover_stats
+
+        stats = read_failover_stats()
+        found = wheel.detect()
+        version = f"{found.distribution} {found.version}" if found.distribution else "this wheel"
+        if not stats["active"]:
+            raise CheckWarned(
+                f"off: {version}'s replica layout is not one the shim knows "
+                f"(0.3.13.post1): a read of a dead or frozen node's keys fails until the "
+                "masters' client TTL drops the node, as with Mooncake's own client"
+            )
+        if not stats["seen"]:
+            raise CheckWarned(
+                "off in this process: Mooncake's binding was loaded before the shim, so its "
+                "replica choice is its own (a program: import mooncake_cffi before "
+                "mooncake.store, or set MOONCAKE_CFFI_DROP_IN=1)"
+            )
+        return f"on ({version}): a read whose node fails goes on to another replica"
+
     def versions(self) -> str:
         import mooncake_cffi
 
@@ -396,6 +417,8 @@ def doctor(settings: Settings) -> None:
       segments          at least one storage segment is mounted, all OK
       client setup      a Mooncake client can be set up
       round trip        put / get / exists / rm of a temporary key (removed)
+      read failover     reads go on to another replica when a node fails
+                        (warn: off with this wheel, and why)
       versions          shim and Mooncake wheel match what the package expects
 
     The local cluster check runs only for the local cluster. Exits with
@@ -422,6 +445,7 @@ def doctor(settings: Settings) -> None:
     d.run("segments", d.segments_mounted, needs=("admin API",))
     d.run("client setup", d.client_setup, needs=(rpc, "metadata server"))
     d.run("round trip", d.round_trip, needs=("client setup",))
+    d.run("read failover", d.read_failover, needs=("round trip",))
     d.run("versions", d.versions)
     ok = not d.failed
     if settings.json:
