@@ -1,0 +1,42 @@
+"""The chaos run, bounded: verified writes and reads from threads, asyncio, the drop-in and
+another process while storage nodes are killed, frozen and restarted and the segments fill
+until eviction (``bench/chaos.py``; its longer runs' figures are in ``bench/RESULTS.md``).
+
+Never: a read that returns bytes other than its key's value, a crash, a call that answers
+later than its deadline plus the slack, a worker that does not stop. Lost acknowledged
+writes are counted, not judged (eviction and killed nodes lose values by Mooncake's rules).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import chaos  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+#: Long enough for every kind of fault at one every 3 s (seed 0 draws each of them).
+SECONDS = 30.0
+
+
+def test_no_wrong_byte_crash_or_late_call_under_every_fault(tmp_path):
+    summary = chaos.run(SECONDS, seed=0, every=3.0, state_dir=str(tmp_path))
+    print(
+        f"\n[chaos {SECONDS:.0f} s, load {summary['load_at_start']:.1f}] "
+        f"{summary['operations']} operations {summary['ops']}; faults {summary['faults']}; "
+        f"acknowledged writes lost {summary['acknowledged_writes_lost']}; "
+        f"threads left {summary['threads_left']}, fds left {summary['fds_left']}"
+    )
+    assert summary["wrong_reads"] == []
+    assert summary["crashes"] == []
+    assert summary["late_calls"] == []
+    assert summary["hung_workers"] == []
+    assert {f.split()[0] for f in summary["faults"]} == {"kill", "freeze", "fill"}
+    ops = summary["ops"]
+    assert ops.get("get right", 0) > 100 and ops.get("put ok", 0) > 100, ops
+    assert summary["threads_left"] <= 0, summary
