@@ -16,8 +16,9 @@ Every value names its key and carries bytes derived from the key, so a read can 
 right (exactly the value written), a miss, or an error: anything else is a **wrong read**.
 Keys are written once each (Mooncake keeps the first writer), then read back at random.
 Meanwhile a schedule picks, every ``--every`` seconds, one fault: kill a storage node and
-start it again, freeze one (SIGSTOP) for a few seconds, or write a burst of large values
-that fills the segments until Mooncake evicts.
+start it again, freeze one (SIGSTOP) for a few seconds, write a burst of large values
+that fills the segments until Mooncake evicts, or (``--ha``: three masters elected through
+etcd) kill the leader master and start it again.
 
 Counted: operations, wrong reads, **acknowledged writes lost** (a key whose write succeeded
 that later reads as missing: allowed, per the failure-semantics page, when both of its
@@ -266,10 +267,17 @@ class Schedule:
     def run(self, stop: threading.Event) -> None:
         roles = self.cluster.storage_roles
         while not stop.wait(self.every):
-            fault = self.rng.choice(("kill", "freeze", "fill"))
+            faults = ("kill", "freeze", "fill") + (("leader",) if self.cluster.ha else ())
+            fault = self.rng.choice(faults)
             role = self.rng.choice(roles)
             started = time.monotonic()
-            if fault == "kill":
+            if fault == "leader":  # the leader master killed: another is elected
+                index = self.cluster.leader()
+                role = self.cluster.master_roles[0 if index is None else index]
+                self.cluster.kill(role)
+                stop.wait(self.rng.uniform(0.5, 2.0))
+                self.cluster.restart(role)
+            elif fault == "kill":
                 self.cluster.kill(role)
                 stop.wait(self.rng.uniform(0.5, 2.0))
                 self.cluster.restart(role)
@@ -296,6 +304,7 @@ def run(
     every: float = 4.0,
     segment_size: str = "96 MB",
     state_dir: str | None = None,
+    ha: bool = False,
 ) -> dict[str, Any]:
     """One chaos run of about ``seconds``; its summary (see the module docstring)."""
     rng = random.Random(seed)
@@ -303,7 +312,7 @@ def run(
     threads_before = threading.active_count()
     fds_before = len(os.listdir("/proc/self/fd"))
     with tempfile.TemporaryDirectory(prefix="chaos-", dir=state_dir) as tmp:
-        cluster = LocalCluster(Path(tmp), segment_size, storage_nodes=3)
+        cluster = LocalCluster(Path(tmp), segment_size, storage_nodes=3, ha=ha)
         cluster.start()
         try:
             config = cluster.client_config(replica_num=2)
@@ -402,6 +411,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=2.0, help="each client's op_timeout")
     parser.add_argument("--every", type=float, default=4.0, help="seconds between faults")
     parser.add_argument("--segment-size", default="96 MB")
+    parser.add_argument("--ha", action="store_true", help="HA masters; also kill the leader")
     args = parser.parse_args()
     summary = run(
         args.seconds,
@@ -411,6 +421,7 @@ def main() -> None:
         deadline=args.deadline,
         every=args.every,
         segment_size=args.segment_size,
+        ha=args.ha,
     )
     print(json.dumps(summary, indent=1))
     bad = summary["wrong_reads"] or summary["crashes"] or summary["late_calls"]
