@@ -1,6 +1,7 @@
 """The chaos run, bounded: verified writes and reads from threads, asyncio, the drop-in and
 another process while storage nodes are killed, frozen and restarted, the segments fill
-until eviction and (HA) the leader master is killed (``bench/chaos.py``; its longer runs' figures are in ``bench/RESULTS.md``).
+until eviction and (HA) the leader master is killed (``bench/chaos.py``; its longer runs'
+figures are in ``bench/RESULTS.md``).
 
 Never: a read that returns bytes other than its key's value, a crash, a call that answers
 later than its deadline plus the slack, a worker that does not stop. Lost acknowledged
