@@ -392,6 +392,9 @@ def run(
         "operations": sum(tally.ops.values()),
         "wrong_reads": tally.wrong,
         "acknowledged_writes_lost": len(set(tally.lost)),
+        # By writer: t*, async and p* write two replicas, store (the drop-in, as a stack
+        # calls it) one, fill the large values that make the segments evict.
+        "lost_by_writer": dict(Counter(k.split("/")[1].split("-")[0] for k in set(tally.lost))),
         "late_calls": tally.late,
         "crashes": tally.crashes,
         "hung_workers": hung,
