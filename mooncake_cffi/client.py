@@ -173,7 +173,8 @@ class Client:
     def close_for_exit(self) -> None:
         """Close quickly in a process about to ``os._exit()`` (e.g. a CLI): accepted work
         finishes and L1 is unregistered as in :meth:`close`, Mooncake's teardown (0.3-1 s)
-        is skipped; entries on an ``http://`` metadata server are removed, the master drops
+        is skipped (and so is the wait for batches that outlived their deadline, which the
+        exit ends); entries on an ``http://`` metadata server are removed, the master drops
         the client when its TTL passes.  Do not use Mooncake again, and leave by
         ``os._exit``: a normal exit runs Mooncake's atexit teardown, which may abort."""
         name = self._native.close_for_exit()

@@ -21,7 +21,7 @@
 #      - tests, each step waiting for what it needs from the builds lane: the CLI smoke
 #        scripts against local clusters, the Python integration tests once more with the
 #        shim under ASan, the LMCache tier's tests
-#        (tests/test_lmcache_{upstream_cases,factory,cli,remote_backend}.py;
+#        (tests/test_lmcache_{upstream_cases,factory,mooncake_store,cli,remote_backend}.py;
 #        MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
 #        (tests/test_sglang_hicache.py, in PyPI sglang's virtualenv, cached between runs:
 #        scripts/install_sglang.sh; MOONCAKE_CFFI_SKIP_SGLANG=1 skips it), the wheel
@@ -191,7 +191,8 @@ lmcache_tier() {
     venv=$(tail -n 1 "$work/lmcache-venv")
     LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
         tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py \
-        tests/test_lmcache_cli.py tests/test_lmcache_remote_backend.py
+        tests/test_lmcache_mooncake_store.py tests/test_lmcache_cli.py \
+        tests/test_lmcache_remote_backend.py
 }
 sglang_tier() {
     await sgvenv || return 1

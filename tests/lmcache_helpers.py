@@ -14,10 +14,21 @@ from typing import Any
 WAIT_S = 10.0
 
 
+#: The LMCache-only keys of LMCache's documented ``mooncake_store`` JSON.
+DOCUMENTED = {
+    "num_workers": 4,
+    "per_op_workers": {"lookup": 1, "retrieve": 1, "store": 2},
+    "preregister_l1_memory": True,
+}
+
+
 def spec(kind: str, params: dict[str, Any], **top: Any) -> str:
-    """The ``--l2-adapter`` JSON for our adapter: ``plugin`` (MooncakeL2Adapter) or
-    ``native_plugin`` (MooncakeConnector), with ``params`` as its adapter_params and ``top``
-    as further top-level fields."""
+    """The ``--l2-adapter`` JSON: ``plugin`` (MooncakeL2Adapter) or ``native_plugin``
+    (MooncakeConnector), with ``params`` as its adapter_params and ``top`` as further
+    top-level fields; or ``mooncake_store``, LMCache's own type as its documentation writes
+    it (:data:`DOCUMENTED` and ``params`` at the top level)."""
+    if kind == "mooncake_store":
+        return json.dumps({"type": "mooncake_store", **DOCUMENTED, **params, **top})
     cls = "MooncakeL2Adapter" if kind == "plugin" else "MooncakeConnector"
     return json.dumps(
         {

@@ -1,8 +1,10 @@
 """LMCache's own command line with our plugins: ``lmcache bench l2`` and ``lmcache server``.
 
-- ``lmcache bench l2 ... --no-skip-verify`` for both plugin types: stores, looks up and loads
+- ``lmcache bench l2 ... --no-skip-verify`` for both plugin types and LMCache's own
+  ``mooncake_store`` type (its documented JSON, verbatim): stores, looks up and loads
   through the adapter and checks the bytes that come back.
-- A server smoke test: ``lmcache server`` with MooncakeL2Adapter as its L2 tier; ``lmcache
+- A server smoke test: ``lmcache server`` with MooncakeL2Adapter, or the documented
+  ``mooncake_store`` JSON, as its L2 tier; ``lmcache
   bench server`` stores and retrieves through it (CPU, shared memory); ``lmcache kvcache
   clear`` empties L1, and the next retrieve is served from Mooncake.
 
@@ -66,8 +68,8 @@ def own_cluster(make_cluster):
     return make_cluster().start()
 
 
-@pytest.mark.parametrize("kind", ["plugin", "native_plugin"])
-def test_lmcache_bench_l2_verifies_the_data_through_both_plugin_types(own_cluster, kind):
+@pytest.mark.parametrize("kind", ["plugin", "native_plugin", "mooncake_store"])
+def test_lmcache_bench_l2_verifies_the_data_through_every_adapter_type(own_cluster, kind):
     result = lmcache(
         "bench",
         "l2",
@@ -105,8 +107,9 @@ def wait_http(url: str, server: subprocess.Popen, timeout: float = 90) -> None:
     raise AssertionError(f"lmcache server did not answer on {url} within {timeout} s")
 
 
-def test_lmcache_server_stores_to_and_serves_from_mooncake(own_cluster, tmp_path):
-    prefix = "server-smoke/"
+@pytest.mark.parametrize("kind", ["plugin", "mooncake_store"])
+def test_lmcache_server_stores_to_and_serves_from_mooncake(own_cluster, tmp_path, kind):
+    prefix = f"server-{kind}/"
     port, http = free_port(), free_port()
     url = f"http://127.0.0.1:{http}"
     log = (tmp_path / "server.log").open("w")
@@ -128,7 +131,7 @@ def test_lmcache_server_stores_to_and_serves_from_mooncake(own_cluster, tmp_path
             "LRU",
             "--disable-observability",
             "--l2-adapter",
-            spec("plugin", own_cluster.client_config(key_prefix=prefix)),
+            spec(kind, own_cluster.client_config(key_prefix=prefix)),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -158,7 +161,8 @@ def test_lmcache_server_stores_to_and_serves_from_mooncake(own_cluster, tmp_path
         wait_http(url, server)
         described = lmcache("describe", "kvcache", "--url", url, "--format", "json")
         adapters = json.loads(described.stdout)["metrics"]["l2_adapters"]
-        assert adapters == [{"type": "mooncake_cffi", "health": "OK"}]
+        shown = "mooncake_cffi" if kind == "plugin" else "LMCacheMooncakeClient"
+        assert adapters == [{"type": shown, "health": "OK"}]
 
         first = lmcache(*bench)
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]

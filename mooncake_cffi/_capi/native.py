@@ -340,7 +340,9 @@ class NativeClient:
 
     def close_for_exit(self) -> str:
         """Close without Mooncake's own teardown, for a process about to ``os._exit``; the
-        name the client was registered under ("" if unknown), for removing its metadata."""
+        name the client was registered under ("" if unknown), for removing its metadata.
+        With batches still running past their deadline, the shim is left as it is: the
+        exit ends them (and their memory) with the process."""
         with self.lock:
             if self._closed or self.handle is None:
                 self._closed = True
@@ -352,7 +354,11 @@ class NativeClient:
             name = ""
         with self.lock:
             self._closed = True
-        lib.mcs_client_close_for_exit(handle)
+            # Batches past their deadline are still in Mooncake, which may wait on a silent
+            # peer for 30 s: the process's exit ends them, so it does not wait for them.
+            abandon = bool(self.orphans)
+        if not abandon:
+            lib.mcs_client_close_for_exit(handle)
         _live.discard(self)
         return name
 

@@ -55,7 +55,12 @@ class StoreCalls:
     """
 
     def __init__(
-        self, client: Any, staged: bool = False, copies: bool = True, shared: bool = False
+        self,
+        client: Any,
+        staged: bool = False,
+        copies: bool = True,
+        shared: bool = False,
+        keys_on_rpc_wait: bool = False,
     ) -> None:
         self.client = client
         self.native = client._native
@@ -66,6 +71,9 @@ class StoreCalls:
         self.staged = staged
         self.copies = copies
         self.shared = shared
+        #: Whether calls on keys alone (no buffer) ignore the client's deadline: they need
+        #: only the master, and its RPC wait is as short (the drop-in's fail-open default).
+        self.keys_deadline = client._calls.op_timeout is not None and not keys_on_rpc_wait
         # BufferHandle batches alive, and whether close() waits for them to be dropped.
         self._held = 0
         self._closing = False
@@ -101,12 +109,13 @@ class StoreCalls:
 
     def one(self, op: int, key: Any, flags: int = 0, buf: Any = _NULL, size: int = 0) -> int:
         """One key through ``mcs_client_run_one``: its result, or Mooncake's code."""
-        r = self.runner.one_now(op, key, flags, buf, size, self.calls.op_timeout is not None)
+        deadline = self.keys_deadline if buf is _NULL else self.calls.op_timeout is not None
+        r = self.runner.one_now(op, key, flags, buf, size, deadline)
         if isinstance(r, int):
             return r
         if r is not None:
             return repair.one_refused(r[0], op, key.encode())
-        rb = self.calls.reused(DEFAULT)
+        rb = self.runner.reused(deadline)
         if rb is None:
             return self._one_private(op, key, flags, buf, size)
         kb = key.encode() if type(key) is str else repair.key_bytes(key)
@@ -188,12 +197,12 @@ class StoreCalls:
             return []
         if n == 1:  # the single-key call: Mooncake's answer is the same, and cheaper here
             return [self.one(op, keys[0], flags)]
-        r = self.runner.keys_now(op, keys, flags, self.calls.op_timeout is not None)
+        r = self.runner.keys_now(op, keys, flags, self.keys_deadline)
         if isinstance(r, list):
             return r
         if r is not None:
             return self._keys_refused(r[0], op, keys, flags)
-        rb = self.calls.reused(DEFAULT)
+        rb = self.runner.reused(self.keys_deadline)
         if rb is None:
             return self._keys_private(op, keys, flags)
         rc, results, _ = self.runner.keys(rb, op, pack_keys(keys), n, flags)
