@@ -24,7 +24,6 @@
 #include "legacy_setup.hpp"
 #include "probe.hpp"
 #include "replica_choice.hpp"
-#include "transfer_wait.hpp"
 
 namespace mooncake {
 // Opaque: reached only through its exported ptr() / size() and destroyed
@@ -700,7 +699,6 @@ int load_mooncake(const char *path, const char *version, std::string &msg) {
     resolve_session(h);                                                      // optional
     resolve_dummy(h, ptrs);                                                  // optional
     g_replica_choice = replica_choice_init(h);                               // optional
-    transfer_wait_init(h);                                                   // optional
     *g_sym.minloglevel = g_log_level;
     g_loaded.store(true);
     return MCS_OK;
