@@ -418,7 +418,8 @@ def test_50_mbit_link_large_values_finish_intact_or_time_out_cleanly(net, worker
         time.sleep(0.5)
     drained = time.monotonic() - start
     # The timed-out put either landed whole or not at all; the small value is intact.
-    assert w.call("get", [big], 32 * MiB, timeout=20.0)["result"] in ("match", "miss")
+    got = w.call("get", [big], 32 * MiB, timeout=20.0)
+    assert got.get("result") in ("match", "miss"), got
     assert w.call("batch_get", [small], 8 * MiB, timeout=10.0)["result"] == ["match"]
     t.heal()
     print(
