@@ -51,6 +51,7 @@ import mooncake_cffi as mc
 from mooncake_cffi import AsyncClient, Client, MooncakeError
 
 config, kwargs, opt = (json.loads(a) for a in sys.argv[1:4])
+mc.set_log_level(opt["log_level"])  # Mooncake's own log, to the client's log file
 client = Client(config, **kwargs)
 BLOCK = 4096
 TAG = 32
@@ -294,6 +295,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--segment", default="512 MB")
     p.add_argument("--config", default="{}", help="extra client config (JSON)")
     p.add_argument("--no-final-check", action="store_true")
+    p.add_argument("--logs", default="", help="where the clients' logs go (default: a temp dir)")
+    p.add_argument(
+        "--log-level", type=int, default=3, help="Mooncake's log in the clients (2: errors)"
+    )
     p.add_argument("--seed", type=int, default=1)
     return p.parse_args()
 
@@ -359,6 +364,7 @@ def run_round(args: argparse.Namespace, base: Path, index: int) -> dict[str, Any
                     "modes": args.modes.split(","),
                     "async": "aget" in args.modes,
                     "final_check": not args.no_final_check,
+                    "log_level": args.log_level,
                 }
                 # Even clients on c0 (the faulty link), odd ones on c1 (a clean link).
                 host = "c0" if wid % 2 == 0 else "c1"
@@ -368,7 +374,8 @@ def run_round(args: argparse.Namespace, base: Path, index: int) -> dict[str, Any
                 for name in ("MCS_BIND_ADDRESS", "MC_TCP_BIND_ADDRESS"):
                     if name in env:
                         env[name] = t.ip(host)
-                log = (base / f"round{index}-client{wid}.log").open("wb")
+                logs = Path(args.logs) if args.logs else base
+                log = (logs / f"round{index}-client{wid}.log").open("wb")
                 proc = t.run_in(
                     host,
                     [sys.executable, "-c", WORKER]
