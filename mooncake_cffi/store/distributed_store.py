@@ -18,9 +18,11 @@ says what differs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+from .._capi.native import shorten_mooncake_timeouts
 from .._capi.shm import shm_alloc
 from ..admin import AdminClient, admin_url_for_master
 from ..client import Client
@@ -32,6 +34,7 @@ from . import replicas, sessions, setup_args
 from . import tensors as tensor_calls
 from .buffer_handles import BufferHandle
 from .calls import StoreCalls, code_of
+from .fail_open import MOONCAKE_WAIT, FailOpen
 from .replicas import ReplicaDescriptor
 from .unset import UNSET, Unset, absent
 
@@ -47,6 +50,8 @@ __all__ = [
 #: it takes the client's default, which is Mooncake's).
 DEFAULT_CONFIG = ReplicateConfig()
 _D = DEFAULT_CONFIG
+
+logger = logging.getLogger("mooncake_cffi.store")
 
 
 def _keys(keys: Any) -> list[Any]:
@@ -81,7 +86,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
 
     def __init__(self) -> None:
         self.client: Client | None = None
-        self._x: StoreCalls | Unset = UNSET
+        self._x: StoreCalls | FailOpen | Unset = UNSET
         self._admin: AdminClient | None = None
         self._dummy = False  # set up by setup_dummy (a client of a client service)
 
@@ -104,15 +109,21 @@ class MooncakeDistributedStore(metaclass=_StoreType):
             return rc
         merged = {**setup_args.env_options(), **config}
         admin_url = merged.pop("admin_url", None)
+        fail_open = setup_args.fail_open_option(merged.pop("fail_open", True))
         cfg, options = setup_args.build(merged)
+        if fail_open and options.get("op_timeout") is None:
+            shorten_mooncake_timeouts(MOONCAKE_WAIT)
         try:
             client = Client(cfg, register_l1=False, **options)
         except MooncakeError as exc:
+            # Mooncake's class answers a code only; the stack's user also needs to know why.
+            logger.error("MooncakeDistributedStore.setup failed: %s", exc)
             return setup_args.setup_failure(exc.code)
         self.client = client
         local_buffer = cfg.setup_config.get("local_buffer_size")
         copies = local_buffer is None or parse_size(local_buffer) != 0
-        self._x = StoreCalls(client, staged=cfg.protocol != "tcp", copies=copies)
+        calls = StoreCalls(client, staged=cfg.protocol != "tcp", copies=copies)
+        self._x = FailOpen(calls) if fail_open else calls
         master = str(cfg.setup_config.get("master_server_addr", ""))
         if admin_url is None and master and "://" not in master:
             admin_url = admin_url_for_master(master)

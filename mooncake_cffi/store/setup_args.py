@@ -50,6 +50,7 @@ __all__ = [
     "SetupConfig",
     "build",
     "env_options",
+    "fail_open_option",
     "from_arguments",
     "precheck",
     "setup_failure",
@@ -69,8 +70,9 @@ CLIENT_OPTIONS = frozenset(
 )
 _LANE_KEYS = frozenset({"num_workers", "per_op_workers"})
 #: Keys of the setup dict for the drop-in itself: ``admin_url``, the master's admin API
-#: (replica descriptors; default ``http://<master host>:9003``).
-STORE_OPTIONS = frozenset({"admin_url"})
+#: (replica descriptors; default ``http://<master host>:9003``); ``fail_open`` (default
+#: true: a store that stops answering is answered around at once, :mod:`.fail_open`).
+STORE_OPTIONS = frozenset({"admin_url", "fail_open"})
 #: Keys read by the shim, not Mooncake: the HA cluster id, value verification (``crc32c``).
 _SHIM_KEYS = frozenset({"cluster_id", "integrity"})
 #: Client keys that would set a default ReplicateConfig, which Mooncake's setup ignores.
@@ -275,6 +277,15 @@ def precheck(form: str, setup: Mapping[str, Any]) -> int:
     if not meta:
         return -600 if form == "dict" else -1
     return 0
+
+
+def fail_open_option(value: Any) -> bool:
+    """The ``fail_open`` key: true or false (JSON's or their strings); a ValueError naming it."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise ValueError(f"fail_open must be true or false, not {value!r}")
 
 
 def setup_failure(code: int) -> int:

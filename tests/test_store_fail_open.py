@@ -1,0 +1,133 @@
+"""The drop-in fails open by default: a store that stops answering costs one call a bounded
+wait, the calls after it answer at once, and reuse resumes by itself when the store is back.
+
+Each test freezes (SIGSTOP) or kills a process of a cluster of its own and sets up the
+drop-in as a stack does, with nothing of this package's in its setup.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from process_helpers import freeze
+
+from mooncake_cffi.store import MooncakeDistributedStore
+from mooncake_cffi.store.calls import StoreCalls
+from mooncake_cffi.store.fail_open import MOONCAKE_WAIT, PROBE_EVERY, FailOpen
+
+#: Scheduling slack on a loaded 2-core machine, beyond Mooncake's shortened wait.
+SLACK = 2.0
+#: How long a test waits for the breaker to close once the store is back.
+RECOVERY = PROBE_EVERY + MOONCAKE_WAIT + 10.0
+
+
+def positional_setup(local: Any, store: MooncakeDistributedStore) -> int:
+    """``setup`` as vLLM's connector calls it: positional, Mooncake's keys only."""
+    return store.setup(
+        local.client_host, local.metadata_server, 0, 16 << 20, "tcp", "", local.master_addr
+    )
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float) -> float:
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, f"{what} not within {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.monotonic()
+    result = call()
+    return result, time.monotonic() - start
+
+
+@pytest.fixture
+def local(make_cluster):
+    cluster = make_cluster("64 MB").start()
+    yield cluster
+    for pid in cluster.pids.values():  # thaw whatever a test froze
+        if pid:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def store(local):
+    s = MooncakeDistributedStore()
+    assert positional_setup(local, s) == 0
+    yield s
+    s.close()
+
+
+def test_fail_open_is_the_default_and_can_be_turned_off(local, store):
+    assert isinstance(store._x, FailOpen)
+    other = MooncakeDistributedStore()
+    assert other.setup(local.client_config(fail_open=False)) == 0
+    try:
+        assert isinstance(other._x, StoreCalls)
+    finally:
+        other.close()
+    with pytest.raises(ValueError, match="fail_open must be true or false"):
+        MooncakeDistributedStore().setup(local.client_config(fail_open="sometimes"))
+
+
+@pytest.mark.parametrize("role", ["master", "storage"])
+def test_a_frozen_process_costs_one_bounded_call_then_answers_at_once(local, store, role):
+    key = f"frozen-{role}-{uuid.uuid4().hex[:8]}"
+    value = os.urandom(64 << 10)
+    assert store.put(key, value) == 0
+    assert store.get(key) == value
+    freeze(local.pids[role])
+    first = [timed(lambda: store.get(key)) for _ in range(3)]
+    # Every call is bounded; the one that finds the store frozen waits for Mooncake's
+    # shortened wait, and the breaker answers the rest at once.
+    assert all(took <= MOONCAKE_WAIT + SLACK for _, took in first), first
+    assert all(got in (b"", value) for got, _ in first)
+    assert store._x.breaker.open, first
+    for _ in range(20):
+        (exists, got, batch), took = timed(
+            lambda: (store.is_exist(key), store.get(key), store.batch_is_exist([key, "x"]))
+        )
+        assert took < 0.5, took
+        code = store._x.breaker.code  # the failure that opened it: -900, -901 or -800
+        assert code in (-900, -901, -800)
+        assert (exists, got, batch) == (code, b"", [code, code])
+    os.kill(local.pids[role], signal.SIGCONT)
+    wait_until("the breaker closing", lambda: not store._x.breaker.open, RECOVERY)
+    wait_until("the value read again", lambda: store.get(key) == value, RECOVERY)
+    assert store.is_exist(key) == 1
+
+
+def test_a_killed_master_fails_fast_and_a_restarted_one_is_used_again(local, store):
+    key = f"killed-{uuid.uuid4().hex[:8]}"
+    assert store.put(key, b"v" * 4096) == 0
+    local.kill("master")
+    for _ in range(10):
+        _, took = timed(lambda: (store.is_exist(key), store.get(key), store.put(key + "n", b"x")))
+        assert took <= MOONCAKE_WAIT + SLACK, took
+    local.restart("master")
+
+    def reused() -> bool:
+        return store.put(key + "-after", b"y" * 4096) == 0 and store.get(key + "-after") != b""
+
+    wait_until("a put and get after the master's restart", reused, RECOVERY + 30)
+
+
+def test_a_failed_setup_says_why_where_the_stacks_user_sees_it(caplog):
+    store = MooncakeDistributedStore()
+    with caplog.at_level(logging.ERROR, logger="mooncake_cffi.store"):
+        rc = store.setup(
+            "127.0.0.1", "http://127.0.0.1:1/metadata", 0, 16 << 20, "tcp", "", "127.0.0.1:1"
+        )
+    assert rc == -1
+    assert "127.0.0.1:1" in caplog.text and "setup failed" in caplog.text, caplog.text
