@@ -3,8 +3,9 @@
 On a terminal (standard input and output both terminals) it is a full-screen view drawn with
 the standard library's :mod:`curses`: the master and the leader, keys, memory, clients, every
 segment's used / capacity (sorted, ``s`` cycles the order, ``r`` reverses it), and per
-operation the calls, keys and bytes per second, failures, timeouts and p50 / p99 latency of
-the clients it reads (``--scrape URL`` of a client's Prometheus endpoint, ``--probe`` for a
+operation the calls and keys per second and failures the master counts for all its clients,
+and the calls, keys and bytes per second, failures, timeouts and p50 / p99 latency of the
+clients it reads (``--scrape URL`` of a client's Prometheus endpoint, ``--probe`` for a
 client it runs itself).  Space refreshes at once, a resized terminal is redrawn to its new
 size, ``q`` quits (status 0) and Ctrl-C too (status 130, as for every command).  Otherwise it
 prints one plain line per refresh, or with ``--json`` one JSON document per line.  What is
@@ -223,10 +224,8 @@ class Top:
         if not s.segments:
             out.append(("(no segment mounted)", ""))
         out.append(("", ""))
-        out.append(("OPERATIONS (client side)", "title"))
-        if not self.sources:
-            out.append(("(no client: give --scrape URL of a client's metrics, or --probe)", ""))
-            return out
+        out.append(("OPERATIONS (master: every client's requests; clients: --scrape, --probe)",
+                    "title"))  # fmt: skip
         out.append((_cols(*OP_COLUMNS), "header"))
         for row in self.rows:
             source = row["source"] + (f"[{row['client']}]" if row["client"] else "")
@@ -419,7 +418,8 @@ def top(
     sort: str,
 ) -> None:
     """Watch a cluster live: the master and its leader, keys, memory, clients,
-    every segment's use, and the rates and p50 / p99 latencies per operation of
+    every segment's use, the rates per operation of all its clients as the
+    master counts them, and the rates and p50 / p99 latencies per operation of
     the clients it reads (--scrape URL, --probe).
 
     \b

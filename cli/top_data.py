@@ -162,6 +162,36 @@ def readings_of_exposition(source: str, text: str) -> Readings:
     return out
 
 
+#: The master's request counters behind each operation a client makes: (single-key
+#: requests, batch requests); a batch's keys are its ``items``. The master counts every
+#: client's requests, so these rows show what the whole cluster is doing without a client
+#: of mcl2's own (no bytes, no latencies: the master measures neither).
+MASTER_OPS: dict[str, tuple[str, str | None]] = {
+    "exists": ("master_exist_key", "master_batch_exist_key"),
+    "get": ("master_get_replica_list", "master_batch_get_replica_list"),
+    "put": ("master_put_start", "master_batch_put_start"),
+    "remove": ("master_remove", None),
+}
+#: The source name of the master's rows.
+MASTER_SOURCE = "master"
+
+
+def readings_of_master(metrics: Any) -> Readings:
+    """Per-operation readings of the master's own counters (a parsed ``/metrics``)."""
+    out: Readings = {}
+    for op, (single, batch) in MASTER_OPS.items():
+        calls = metrics.value(f"{single}_requests_total")
+        if calls is None:
+            continue
+        keys, failed = calls, metrics.value(f"{single}_failures_total") or 0.0
+        if batch is not None:
+            calls += metrics.value(f"{batch}_requests_total") or 0.0
+            keys += metrics.value(f"{batch}_items_total") or 0.0
+            failed += metrics.value(f"{batch}_failures_total") or 0.0
+        out[(MASTER_SOURCE, "", op)] = OpReading(lane="", calls=calls, keys=keys, failed=failed)
+    return out
+
+
 def readings_of_op_stats(source: str, stats: dict[str, dict[str, Any]]) -> Readings:
     """The readings of a client's ``op_stats()`` (buckets: batches under 2**i us)."""
     from mooncake_cffi.status import OP_LANE
@@ -316,6 +346,7 @@ def sample_cluster(
     keys = clients = None
     memory: dict[str, int | None] = {"used_bytes": None, "capacity_bytes": None}
     segments: list[dict[str, Any]] = []
+    readings: Readings = {}
     try:
         admin, master = admin_for()
         master = {**master, "admin": admin.url}
@@ -325,8 +356,10 @@ def sample_cluster(
             role=health.get("role"),
             service_ready=health.get("service_ready"),
         )
-        summary = admin.metrics().summary()
+        metrics = admin.metrics()
+        summary = metrics.summary()
         keys, clients = summary["keys"], summary["clients"]
+        readings.update(readings_of_master(metrics))
         memory = dict(summary["memory"])
         for s in admin.segments():
             capacity, used = s.capacity_bytes, s.used_bytes
@@ -345,7 +378,6 @@ def sample_cluster(
     except Exception as exc:  # a master address that cannot be resolved (etcd down, ...)
         message = getattr(exc, "message", None) or str(exc)
         errors.append(str(message))
-    readings: Readings = {}
     for source in sources:
         readings.update(source.read(errors))
     return Sample(time.time(), master, keys, memory, clients, segments, readings, errors)

@@ -328,6 +328,12 @@ def lmcache_options() -> str:
             " error are submitted again after the backoff; the batch completes once, with each"
             " key's last outcome."
         ),
+        "fail_open": (
+            "`true` (the default) or `false`. Without an `op_timeout`, Mooncake's own waits are"
+            " shortened to 2 s, and a batch that fails slowly or finds the master gone opens a"
+            " breaker: every batch then completes at once as failed (lookups and loads find"
+            " nothing, so LMCache recomputes) until a probe finds the master answering again."
+        ),
     }
     for name in sorted(params.CONNECTOR_OPTIONS):
         if name not in connector:

@@ -72,6 +72,21 @@ def test_top_in_a_pipe_prints_one_plain_line_per_refresh(cluster: LocalCluster, 
 
 
 @needs_console
+def test_top_shows_what_the_cluster_does_with_no_client_of_its_own(
+    cluster: LocalCluster, load: str
+) -> None:
+    # No --scrape, no --probe: the master's counters of every client's requests.
+    done = _top(cluster, "--json", "--count", "2", "--interval", "0.5")
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout.splitlines()[-1])
+    ops = {(r["source"], r["op"]): r for r in last["ops"]}
+    for op in ("put", "exists", "remove"):
+        row = ops[("master", op)]
+        assert row["window"] == "interval" and row["calls_per_s"] > 1, row
+    assert ops[("master", "put")]["keys_per_s"] >= ops[("master", "put")]["calls_per_s"]
+
+
+@needs_console
 def test_top_json_prints_one_document_per_line(cluster: LocalCluster, load: str) -> None:
     done = _top(cluster, "--json", "--count", "3", "--interval", "0.5", "--scrape", load, "--probe")
     assert done.returncode == 0, done.stderr
@@ -256,7 +271,7 @@ def test_top_in_a_terminal_refreshes_sorts_resizes_and_quits_on_q(
     assert f"master   {cluster.master_addr}" in text and "(leader, ok)" in text
     assert "SEGMENTS (sorted by use% v)" in text
     assert any(line.startswith(cluster.segments()[0]) for line in lines)
-    assert "OPERATIONS (client side)" in text and "P50" in text and "P99" in text
+    assert "OPERATIONS (master" in text and "P50" in text and "P99" in text
     put = next(line for line in lines if line.startswith(scraped) and " put " in line)
     assert put.split()[2] == "store" and float(put.split()[3]) > 1  # calls per second
     assert any(line.startswith("probe") and " exists " in line for line in lines)
@@ -283,7 +298,7 @@ def test_top_in_a_terminal_refreshes_sorts_resizes_and_quits_on_q(
     big = term.wait_for(
         lambda ls: len(ls) == 40 and ls[0].startswith("mcl2 top - ") and ls[-1].startswith("q quit")
     )
-    assert "OPERATIONS (client side)" in _text(big)
+    assert "OPERATIONS (master" in _text(big)
 
     term.keys("q")
     after = term.wait_for(lambda ls: "EXIT=0" in _text(ls), timeout=10)

@@ -40,6 +40,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .._capi.native import shorten_mooncake_timeouts
+from .._core.breaker import MOONCAKE_WAIT, PROBE_KEY, Breaker
+from .._core.breaker import failed as has_failed
 from ..client import Client, Completion
 from ..errors import MooncakeError
 from ..status import (
@@ -61,6 +64,11 @@ __all__ = ["MooncakeConnector"]
 _OPS = {"store": "put", "load": "get", "lookup": "exists", "delete": "remove"}
 
 DrainedCompletion = tuple[int, bool, str, "list[bool] | None"]
+
+
+def _none(kind: str, keys: Sequence[str]) -> list[bool] | None:
+    """Per-key bools of a batch that found nothing (stores have none)."""
+    return None if kind == "store" else [False] * len(keys)
 
 
 class _Batch:
@@ -103,6 +111,11 @@ class MooncakeConnector:
       ``register_l1``, ``l1_block_size``: the :class:`mooncake_cffi.Client` options;
     - ``op_timeout``: bounds Mooncake's own waits (a master RPC, a TCP transfer to a silent
       peer), so a batch against a dead process fails within about that long;
+    - ``fail_open`` (default true): without an ``op_timeout``, Mooncake's own waits are
+      shortened to 2 s, and a batch that fails slowly or finds the master gone opens a
+      breaker: until a probe finds the master answering again, every batch completes at
+      once as failed (lookups and loads find nothing), so LMCache recomputes instead of
+      waiting (:mod:`mooncake_cffi._core.breaker`);
     - ``retry``: ``true`` or an object of :class:`mooncake_cffi.RetryPolicy` fields: the keys
       of a batch that fail with a retryable error (a full pool, a failed transfer or RPC, a
       replica not yet ready) are submitted again after the policy's backoff, and the batch
@@ -137,6 +150,9 @@ class MooncakeConnector:
         self._failures = FailureLog()
         self._retry = parsed.retry
         self._due: list[tuple[float, int, _Batch]] = []  # retries: (when, id, batch)
+        self._breaker: Breaker | None = None
+        if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
+            shorten_mooncake_timeouts(MOONCAKE_WAIT)
         if l1 is None and parsed.store.protocol == "rdma":
             raise ValueError(
                 "RDMA protocol is enabled, but no L1 memory descriptor was provided: LMCache "
@@ -145,6 +161,11 @@ class MooncakeConnector:
                 '"class_name": "MooncakeL2Adapter"'
             )
         self._client = Client(parsed.store, l1, **parsed.client_options)
+        if parsed.fail_open:
+            client = self._client
+            self._breaker = Breaker(
+                lambda: int(client.exists(PROBE_KEY, timeout=MOONCAKE_WAIT + 1.0))
+            )
         try:
             self._local_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._epoll = select.epoll()
@@ -222,6 +243,8 @@ class MooncakeConnector:
             if self._closed:
                 return
             self._closed = True
+        if self._breaker is not None:
+            self._breaker.stop()
         try:
             self._client.close()
         finally:
@@ -278,6 +301,11 @@ class MooncakeConnector:
                 return self._post_failure(
                     kind, len(names), status_name(MCS_E_CLOSED), "the connector is closed"
                 )
+            breaker = self._breaker
+            if breaker is not None and breaker.open:
+                breaker.refused += 1
+                name = status_name(breaker.code)
+                return self._post(False, f"{name}: the store is not answering", _none(kind, names))
             try:
                 cid = self._client.submit(_OPS[kind], names, bufs, force=(kind == "delete"))
             except Exception as exc:
@@ -376,6 +404,8 @@ class MooncakeConnector:
     def _translate(self, info: _Batch, c: Completion) -> DrainedCompletion:
         """LMCache's view of one of the client's completions (logs failures once)."""
         results = c.results
+        if self._breaker is not None and (c.status < 0 or has_failed(results)):
+            self._breaker.observe(info.start, results if c.status >= 0 else c.status)
         if c.status <= SHIM_BASE or len(results) != len(info.keys):
             # failed as a whole: per-key results carry nothing
             name = status_name(c.status)

@@ -88,7 +88,7 @@ def _option(name: str, value: Any) -> Any:
             return int(value)
         except ValueError:
             raise ValueError(f"{name} must be a non-negative integer, got {value!r}") from None
-    if name in ("register_l1", "retry"):
+    if name in ("register_l1", "retry", "fail_open"):
         return _flag(name, value)
     return value  # key_prefix
 

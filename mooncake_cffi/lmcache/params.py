@@ -34,10 +34,12 @@ CLIENT_OPTIONS: frozenset[str] = frozenset(
     }
 )
 
-#: Options of the connector itself: ``key_prefix`` (prepended to every key) and ``retry``
+#: Options of the connector itself: ``key_prefix`` (prepended to every key), ``retry``
 #: (a :class:`~mooncake_cffi.RetryPolicy` as a JSON object of its fields, or ``true`` for the
-#: default policy: keys of a batch that fail with a retryable error are submitted again).
-CONNECTOR_OPTIONS: frozenset[str] = frozenset({"key_prefix", "retry"})
+#: default policy: keys of a batch that fail with a retryable error are submitted again)
+#: and ``fail_open`` (default true: a store that stops answering fails batches at once,
+#: :mod:`mooncake_cffi._core.breaker`).
+CONNECTOR_OPTIONS: frozenset[str] = frozenset({"key_prefix", "retry", "fail_open"})
 
 #: A submit must return at once (LMCache calls it under its own lock): by default a
 #: full lane fails the batch instead of waiting for room.
@@ -52,6 +54,7 @@ class AdapterParams:
     client_options: dict[str, Any] = field(default_factory=dict)
     key_prefix: str = ""
     retry: RetryPolicy | None = None
+    fail_open: bool = True
 
 
 def _number(name: str, value: Any, allow_none: bool) -> float | None:
@@ -145,6 +148,11 @@ def parse_adapter_params(params: Mapping[str, Any]) -> AdapterParams:
     if not isinstance(prefix, str) or "\0" in prefix:
         raise ValueError("adapter_params['key_prefix'] must be a string without NUL characters")
     retry = _retry(rest.pop("retry", None))
+    fail_open = rest.pop("fail_open", True)
+    if not isinstance(fail_open, bool):
+        raise ValueError(f"adapter_params['fail_open'] must be true or false, got {fail_open!r}")
     store = StoreConfig.from_dict(rest)
     store.check_connectable()
-    return AdapterParams(store=store, client_options=options, key_prefix=prefix, retry=retry)
+    return AdapterParams(
+        store=store, client_options=options, key_prefix=prefix, retry=retry, fail_open=fail_open
+    )

@@ -1,0 +1,80 @@
+"""The LMCache connector fails open by default: with the master frozen or killed, a batch
+fails within Mooncake's shortened wait, the batches after it fail at once (LMCache then
+recomputes), and lookups and loads find their keys again by themselves once it is back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+from lmcache_helpers import WAIT_S, readable
+from process_helpers import freeze
+
+from mooncake_cffi.lmcache import MooncakeConnector
+from mooncake_cffi.store.fail_open import MOONCAKE_WAIT, PROBE_EVERY
+
+#: Scheduling slack on a loaded 2-core machine, beyond Mooncake's shortened wait.
+SLACK = 2.0
+
+
+def drain_one(conn: MooncakeConnector, task: int, timeout: float) -> tuple[tuple, float]:
+    start = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - start)
+        assert left > 0, f"task {task} did not complete within {timeout} s"
+        if readable(conn.event_fd(), left):
+            for c in conn.drain_completions():
+                if c[0] == task:
+                    return c, time.monotonic() - start
+
+
+@pytest.fixture
+def local(make_cluster):
+    cluster = make_cluster("64 MB").start()
+    yield cluster
+    pid = cluster.pids.get("master")
+    if pid:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("fault", ["frozen", "killed"])
+def test_a_master_that_stops_answering_fails_batches_at_once_until_it_is_back(local, fault):
+    conn = MooncakeConnector(**local.client_config(key_prefix=f"fo-{uuid.uuid4().hex[:8]}/"))
+    try:
+        value = memoryview(bytearray(os.urandom(65536)))
+        done, _ = drain_one(conn, conn.submit_batch_set(["a"], [value]), WAIT_S)
+        assert done[1], done
+        if fault == "frozen":
+            freeze(local.pids["master"])
+        else:
+            local.kill("master")
+        first, took = drain_one(conn, conn.submit_batch_exists(["a"]), MOONCAKE_WAIT + SLACK + 5)
+        assert took <= MOONCAKE_WAIT + SLACK, took
+        assert first[3] == [False], first
+        for _ in range(10):  # the breaker answers the rest at once
+            c, took = drain_one(conn, conn.submit_batch_exists(["a"]), WAIT_S)
+            assert (c[1], c[3]) == (False, [False]) and took < 0.5, (c, took)
+            out = memoryview(bytearray(65536))
+            c, took = drain_one(conn, conn.submit_batch_get(["a"], [out]), WAIT_S)
+            assert (c[1], c[3]) == (False, [False]) and took < 0.5, (c, took)
+        if fault == "frozen":
+            os.kill(local.pids["master"], signal.SIGCONT)
+        else:
+            local.restart("master")
+        deadline = time.monotonic() + PROBE_EVERY + MOONCAKE_WAIT + 30
+        while True:  # lookups answer again, by themselves (a restarted master lost the key)
+            c, _ = drain_one(conn, conn.submit_batch_exists(["a"]), WAIT_S)
+            if c[1]:
+                break
+            assert time.monotonic() < deadline, f"lookups still failing: {c}"
+            time.sleep(0.2)
+        if fault == "frozen":
+            assert c[3] == [True]
+    finally:
+        conn.close()
