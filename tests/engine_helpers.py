@@ -191,10 +191,12 @@ class Engine:
         lmcache_port: int = 0,
         python: str = sys.executable,
         start_timeout: float = ENGINE_START_S,
+        max_model_len: int = 1024,
     ) -> None:
         self.log = log
         read_fd, write_fd = os.pipe()
         argv = [python, str(DRIVER), "--model", str(model), "--connector", connector]
+        argv += ["--max-model-len", str(max_model_len)]
         argv += ["--lmcache-port", str(lmcache_port), "--result-fd", str(write_fd)]
         full_env = {**os.environ, **ENGINE_ENV, **(env or {})}
         with open(log, "ab") as out:
@@ -345,14 +347,23 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def cluster_keys(local: LocalCluster, prefix: str = "") -> list[str]:
-    """The keys stored in the cluster (``mcl2 --json ls``, mcl2 as a user runs it)."""
+def _mcl2_ls(local: LocalCluster, *args: str) -> Any:
     argv = [str(Path(sys.executable).parent / "mcl2"), "--json", "--master", local.master_addr]
     argv += ["--metadata-server", local.metadata_server, "--admin", local.metrics_url]
-    argv += ["ls", prefix] if prefix else ["ls"]
+    argv += ["ls", *args]
     out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
-    keys: list[str] = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def cluster_keys(local: LocalCluster) -> list[str]:
+    """The keys stored in the cluster (``mcl2 --json ls``, mcl2 as a user runs it)."""
+    keys: list[str] = _mcl2_ls(local)
     return keys
+
+
+def cluster_sizes(local: LocalCluster) -> dict[str, int]:
+    """Every key of the cluster with its size in bytes (``mcl2 --json ls -l``)."""
+    return {entry["key"]: int(entry["size"]) for entry in _mcl2_ls(local, "-l")}
 
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
