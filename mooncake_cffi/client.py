@@ -84,8 +84,9 @@ class Client:
             none; a deadline costs a thread hand-off per call); each method's ``timeout=``
             overrides it.  A timed-out call raises :class:`MooncakeTimeoutError`; its batch
             goes on in the shim, which keeps its buffers until it ends (:attr:`in_flight`).
-            It also shortens Mooncake's own waits (``MC_RPC_TIMEOUT_MS``,
-            ``MC_TCP_STATUS_TIMEOUT_SEC``) unless they are set.
+            It also shortens Mooncake's RPC wait (``MC_RPC_TIMEOUT_MS``) unless it is set;
+            never ``MC_TCP_STATUS_TIMEOUT_SEC`` (a write given up there may land in
+            another key: docs/guide/failures.md).
         retry: a :class:`RetryPolicy` for per-key failures that may succeed when tried
             again (None: no retries).
         dummy: ``(mem_pool_size, local_buffer_size, server_address)``: instead of setting

@@ -190,13 +190,19 @@ class Worker:
         cluster: LocalCluster,
         cwd: Path,
         config: dict[str, Any] | None = None,
+        host: str = "c0",
+        env: dict[str, str] | None = None,
         **client_kwargs: Any,
     ) -> None:
-        env = {**os.environ, **cluster.client_env()}
-        argv = [sys.executable, "-c", WORKER, json.dumps(cluster.client_config(**(config or {})))]
+        env = {**os.environ, **cluster.client_env(), **(env or {})}
+        for name in ("MCS_BIND_ADDRESS", "MC_TCP_BIND_ADDRESS"):  # the loopback preload's
+            if name in env:
+                env[name] = t.ip(host)
+        config = {"local_hostname": t.ip(host), **(config or {})}
+        argv = [sys.executable, "-c", WORKER, json.dumps(cluster.client_config(**config))]
         self.log = cwd / f"worker-{len(list(cwd.glob('worker-*')))}.log"
         self.proc = t.run_in(
-            "c0",
+            host,
             [*argv, json.dumps(client_kwargs)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -248,8 +254,8 @@ class Worker:
 def net(
     netns: None, make_module_cluster: Callable[..., LocalCluster]
 ) -> Iterator[tuple[Topology, LocalCluster]]:
-    """Master and metadata on m0, a 512 MB storage node on s0, clients on c0."""
-    with Topology(hosts=["m0", "s0", "c0"]) as t:
+    """Master and metadata on m0, a 512 MB storage node on s0, clients on c0 (and c1)."""
+    with Topology(hosts=["m0", "s0", "c0", "c1"]) as t:
         place = t.placement({"metadata": "m0", "master": "m0", "storage": "s0"})
         cluster = make_module_cluster("512 MB", placement=place, client_host=t.ip("c0"))
         cluster.start()
@@ -415,6 +421,65 @@ def test_50_mbit_link_large_values_finish_intact_or_time_out_cleanly(net, worker
         + ", ".join(f"{a['op']} {a['took']:.2f}s" for a in answers)
         + f"; in-flight transfers ended {drained:.1f} s later"
     )
+
+
+def _send_queue(t: Topology, host: str, peer: str) -> int:
+    """Bytes ``host``'s kernel still holds to send to ``peer`` (closed sockets included)."""
+    out = subprocess.run(
+        [*t.prefix(host), "ss", "-tn", "dst", t.ip(peer)],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
+    return sum(int(line.split()[2]) for line in out.splitlines()[1:] if line.split())
+
+
+def test_a_write_that_outlives_its_call_never_lands_in_another_key(net, worker, monkeypatch):
+    """A client with a short deadline writes 8 MiB over a 10 Mbit/s link whose host lets the
+    kernel queue the whole value; a client on a clean link writes another key at once.
+
+    The first write's bytes leave its host for ~7 s after its call timed out.  Had Mooncake
+    given that write up meanwhile (its TCP acknowledgement wait, MC_TCP_STATUS_TIMEOUT_SEC,
+    which a client with op_timeout=1 used to set to 1 s), it would revoke the write and the
+    storage node would hand its memory to the second write, into which the first one's
+    late bytes then land: the second key read back as ~85 % the first's bytes.  Now the
+    first write ends when its bytes are in, and each key reads back as its own value."""
+    t, _ = net
+    # What the parallel suite's other tests left in the environment must not decide this.
+    monkeypatch.delenv("MC_TCP_STATUS_TIMEOUT_SEC", raising=False)
+    wmem_path = "/proc/sys/net/ipv4/tcp_wmem"
+    read = [*t.prefix("c0"), "cat", wmem_path]
+    saved = subprocess.run(read, capture_output=True, text=True, timeout=10).stdout.split()
+    slow = worker(op_timeout=1.0)
+    fast = worker(host="c1", op_timeout=10.0)
+
+    def set_wmem(values: list[str]) -> None:
+        line = " ".join(values)
+        write = [*t.prefix("c0"), "sh", "-c", f"echo {line} > {wmem_path}"]
+        subprocess.run(write, check=True, timeout=10)
+
+    set_wmem(["4096", str(16 * MiB), str(16 * MiB)])
+    try:
+        t.rate("c0", 10)
+        for r in range(2):
+            tag = f"late-{os.urandom(3).hex()}"
+            first, second = f"{tag}-first", f"{tag}-second"
+            assert slow.call("put", [first], 8 * MiB).get("error") == "MCS_E_TIMEOUT"
+            assert "error" not in fast.call("put", [second], 8 * MiB)
+            start = time.monotonic()
+            while slow.call("in_flight")["result"] or _send_queue(t, "c0", "s0"):
+                assert time.monotonic() - start < 60, "the first write's bytes still flow"
+                time.sleep(0.5)
+            got = fast.call("get", [second], 8 * MiB, timeout=10.0)["result"]
+            assert got == "match", (r, got)  # another value's bytes: 'wrong:8388608'
+            assert fast.call("get", [first], 8 * MiB, timeout=10.0)["result"] in (
+                "match",
+                "miss",
+            )
+    finally:
+        t.heal()
+        set_wmem(saved)
 
 
 def test_own_lanes_keep_master_only_calls_answering_while_transfers_hang(net, worker):

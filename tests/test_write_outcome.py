@@ -28,13 +28,20 @@ KIB = 1024
 #: Keys per batch and their sizes: 48 values of 96-352 KiB (about 10 MiB a batch).
 N_KEYS = 48
 #: Pauses before the thaw, in seconds: short ones let the frozen transfers finish, long ones
-#: outlast Mooncake's transfer timeout (MC_TCP_STATUS_TIMEOUT_SEC, 1 s with op_timeout 0.4).
+#: outlast Mooncake's transfer timeout (MC_TCP_STATUS_TIMEOUT_SEC, set to 1 s here).
 PAUSES = (0.05, 0.3, 1.0, 3.0, 6.0)
 
 
 @pytest.fixture
-def frozen_cluster(make_cluster):
-    """A cluster whose storage node the test freezes (SIGSTOP) and thaws."""
+def frozen_cluster(make_cluster, monkeypatch):
+    """A cluster whose storage node the test freezes (SIGSTOP) and thaws.
+
+    Mooncake gives a write up after 1 s without the node's acknowledgement (read at each
+    transfer; the client no longer shortens it), so a long freeze makes writes that did not
+    land.  That is the setting under which a given-up write's queued bytes may land in
+    another key (docs/guide/failures.md): here the node is frozen, so they are still in its
+    receive queue at the thaw, and the node copies them then, before the next round writes."""
+    monkeypatch.setenv("MC_TCP_STATUS_TIMEOUT_SEC", "1")
     local = make_cluster("256 MB").start()
     pid = local.pids["storage"]
     yield local, pid

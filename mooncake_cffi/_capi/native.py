@@ -86,14 +86,19 @@ def wait_for_teardowns_at_exit() -> None:
 
 
 def shorten_mooncake_timeouts(op_timeout: float) -> None:
-    """Make Mooncake's own waits no longer than a client's deadline, at the source.
+    """Make Mooncake's RPC waits no longer than a client's deadline, at the source.
 
-    Mooncake reads these from the environment when the first client of the process is set
-    up: ``MC_RPC_TIMEOUT_MS`` (a master RPC), ``MC_TCP_STATUS_TIMEOUT_SEC`` (a TCP transfer
-    waiting on a silent peer: 30 s by default).  Values already set are kept.
+    Mooncake reads ``MC_RPC_TIMEOUT_MS`` (a master RPC) from the environment when the first
+    client of the process is set up; a value already set is kept.
+
+    ``MC_TCP_STATUS_TIMEOUT_SEC`` is left alone, on purpose: it also bounds how long a TCP
+    write waits for the storage node's acknowledgement once its last byte has left the
+    process, and a write given up there is revoked (its memory on the storage node freed
+    and handed to the next writer) while the kernel still delivers its queued bytes, which
+    then land in another key's value.  Mooncake's default (30 s) is kept unless the
+    environment sets it (see docs/guide/failures.md).
     """
     os.environ.setdefault("MC_RPC_TIMEOUT_MS", str(max(100, int(op_timeout * 1000))))
-    os.environ.setdefault("MC_TCP_STATUS_TIMEOUT_SEC", str(max(1, math.ceil(op_timeout))))
 
 
 def _count(name: str, value: object, limit: int) -> int:
