@@ -184,7 +184,18 @@ class _Away:
             os.kill(self.pid, signal.SIGCONT)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("fault", FAULTS)
+#: A prompt stored on a frozen storage node, L1 empty: LMCache's load from Mooncake waits
+#: about 30 s before it fails and the request recomputes (the right tokens, 30 s late).
+#: Strict: the mark goes when the LMCache tier fails open on a stalled read too.
+LOAD_FROM_FROZEN_NODE = pytest.mark.xfail(
+    strict=True, reason="a load from a frozen storage node holds the request ~30 s"
+)
+FAULT_CASES = [
+    pytest.param(f, marks=LOAD_FROM_FROZEN_NODE) if f == "storage frozen" else f for f in FAULTS
+]
+
+
+@pytest.mark.parametrize("fault", FAULT_CASES)
 def test_store_taken_away(
     engine: Engine,
     server: LMCacheServer,
@@ -192,20 +203,23 @@ def test_store_taken_away(
     engine_reference: Reference,
     fault: str,
 ) -> None:
-    times = []
+    """Every request completes within its cold time plus FAIL_OPEN_S with the same tokens,
+    and reuse from Mooncake resumes (checked after the reuse, so a failure here does not
+    leave the next test without a stored prompt)."""
+    away = []
     server.clear()
     with _Away(local, fault):
         for which in REQUESTS_AWAY:
             seed = _last_stored["seed"] if which == "stored" else next(_seeds)
-            answer = engine.generate(prompt(seed), timeout=REQUEST_CAP_S)
-            _check(engine_reference, seed, answer)
-            times.append((answer["e2e"], engine_reference.e2e(seed)))
+            away.append((seed, engine.generate(prompt(seed), timeout=REQUEST_CAP_S)))
     record(
         "store away",
         route="b",
         fault=fault,
-        request_s=[round(t[0], 2) for t in times],
-        cold_s=[round(t[1], 2) for t in times],
+        requests=REQUESTS_AWAY,
+        request_s=[round(a["e2e"], 2) for _, a in away],
+        cold_s=[round(engine_reference.e2e(seed), 2) for seed, _ in away],
+        completed=[a["tokens"] == engine_reference.tokens(seed) for seed, a in away],
     )
     seed = next(_seeds)
     start = time.monotonic()
@@ -227,8 +241,9 @@ def test_store_taken_away(
         seconds=round(time.monotonic() - start, 2),
         rounds=len(asked),
     )
-    for request_s, cold_s in times:
-        assert request_s <= cold_s + FAIL_OPEN_S, (fault, times)
+    for seed, answer in away:
+        _check(engine_reference, seed, answer)
+        assert answer["e2e"] <= engine_reference.e2e(seed) + FAIL_OPEN_S, (fault, away)
 
 
 def test_chunks_come_back_from_mooncake_after_the_server_restarts(
