@@ -30,6 +30,7 @@ from .client import EXISTED, LANES, OPS, Client, Completion, set_log_level
 from .config import StoreConfig, UnknownConfigKeyWarning, parse_adapter_specs
 from .errors import (
     ClosedError,
+    ConcurrentWriteError,
     ForkedError,
     HasLeaseError,
     IntegrityError,
@@ -71,6 +72,7 @@ __all__ = [
     "error_name",
     "MooncakeError",
     "ClosedError",
+    "ConcurrentWriteError",
     "ForkedError",
     "HasLeaseError",
     "IntegrityError",

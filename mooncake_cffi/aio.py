@@ -353,9 +353,11 @@ class AsyncClient:
         results: list[int] = await self._drive(plan, deadline.left(), retrying=False)
         return results
 
-    def _raise(self, keys: list[Any], values: list[Any], results: list[int]) -> None:
+    def _raise(
+        self, keys: list[Any], values: list[Any], results: list[int], upsert: bool = False
+    ) -> None:
         sizes = [memoryview(v).nbytes for v in values]
-        raise_key_errors(keys, results, (), sizes, self._note)
+        raise_key_errors(keys, results, (), sizes, self._note, upsert=upsert)
 
     async def put(
         self,
@@ -394,7 +396,7 @@ class AsyncClient:
     ) -> None:
         """Store ``value``, replacing any existing one."""
         results = await self._store(OP_UPSERT, [key], [value], 0, replicate_config, timeout)
-        self._raise([key], [value], results)
+        self._raise([key], [value], results, upsert=True)
 
     async def batch_put(
         self,

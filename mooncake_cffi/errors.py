@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import status
 from .status import (
+    ILLEGAL_CLIENT,
     INVALID_PARAMS,
     MCS_E_CLOSED,
     MCS_E_CORRUPT,
@@ -30,6 +31,7 @@ from .status import (
     NO_AVAILABLE_HANDLE,
     OBJECT_HAS_LEASE,
     OBJECT_NOT_FOUND,
+    REPLICA_IS_NOT_READY,
     RPC_FAIL,
     RPC_TIMEOUT,
     TRANSFER_FAIL,
@@ -51,7 +53,10 @@ __all__ = [
     "L1Error",
     "MooncakeTimeoutError",
     "IntegrityError",
+    "ConcurrentWriteError",
+    "CONCURRENT_WRITE_CODES",
     "error_for",
+    "write_error_for",
 ]
 
 
@@ -153,6 +158,31 @@ class IntegrityError(MooncakeError):
     bytes of it are returned."""
 
 
+class ConcurrentWriteError(MooncakeError):
+    """Another writer upserted the same key at the same time, and this write lost.
+
+    Mooncake's master lets one upsert of a key be in progress at a time.  An upsert that
+    starts while another is in progress takes the key over at once: the earlier writer's
+    space is discarded and its upsert ends in ``ILLEGAL_CLIENT`` (-601) when it tries to
+    complete.  ``REPLICA_IS_NOT_READY`` (-703), a key whose replica another writer is still
+    writing, is taken the same way.  This call's bytes were not stored; the key holds the
+    other writer's value, whole.  ``code`` is Mooncake's.
+
+    What to do: upsert again if this value must win (the later upsert wins), or read the
+    key if any whole value will do.  ``retryable`` is True (the same call would succeed),
+    but a client's retry policy retries only -703, as for any write: retrying on its own
+    would just make the loser the last writer.  See the guide's section on writes.
+    """
+
+    def __init__(self, code: int, message: str = "", results: Sequence[int] | None = None):
+        super().__init__(code, message, results)
+        self.retryable = True
+
+
+#: Mooncake's codes that, for an upsert, mean another writer of the same key won the race.
+CONCURRENT_WRITE_CODES: frozenset[int] = frozenset({ILLEGAL_CLIENT, REPLICA_IS_NOT_READY})
+
+
 _BY_CODE: dict[int, type[MooncakeError]] = {
     OBJECT_NOT_FOUND: KeyNotFoundError,
     OBJECT_HAS_LEASE: HasLeaseError,
@@ -178,3 +208,13 @@ _BY_CODE: dict[int, type[MooncakeError]] = {
 def error_for(code: int, message: str = "", results: Sequence[int] | None = None) -> MooncakeError:
     """The exception instance for a status code."""
     return _BY_CODE.get(int(code), MooncakeError)(code, message, results)
+
+
+def write_error_for(
+    code: int, message: str = "", results: Sequence[int] | None = None, *, upsert: bool = False
+) -> MooncakeError:
+    """The exception for a write's per-key code: for an upsert, a code that shows a racing
+    writer of the same key is a :class:`ConcurrentWriteError`; otherwise :func:`error_for`."""
+    if upsert and int(code) in CONCURRENT_WRITE_CODES:
+        return ConcurrentWriteError(code, message, results)
+    return error_for(code, message, results)

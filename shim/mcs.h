@@ -75,7 +75,8 @@
  *     mcs_client_get_into_ranges (struct mcs_ranges); the client option
  *     "integrity" with MCS_E_CORRUPT and mcs_client_integrity_stats
  *     (struct mcs_integrity_stats); mcs_client_session (struct
- *     mcs_session, enum mcs_session_op).
+ *     mcs_session, enum mcs_session_op); mcs_client_replica_desc with
+ *     mcs_replica_desc_free.
  *  2  Batches as struct mcs_batch with packed keys; struct_size on the
  *     growable structs; GET_BUFFER with mcs_release; per-operation stats.
  *  1  The first ABI: per-operation lanes, completions, L1 registration.
@@ -762,6 +763,27 @@ MCS_API int mcs_client_remove_by_regex(mcs_client *c, int64_t *removed_out, cons
  * with global_segment_size 0 runs no ping loop, so it stays 0 after the
  * master dies. */
 MCS_API int mcs_client_health_check(mcs_client *c, int *status_out);
+
+/* What the master knows of each key's replicas, as Mooncake's
+ * batch_get_replica_desc() asks it (one BatchQuery round trip; like Mooncake's
+ * query it may take a read lease).  The n keys are packed as for
+ * mcs_client_run_keys(): n NUL-terminated keys back to back, key_bytes in all.
+ * On success *json_out receives a NUL-terminated JSON array of n elements, in
+ * the keys' order (its length, without the NUL, in *len_out, which may be
+ * NULL): null where the master gave no replicas for the key (missing, not yet
+ * complete, or the query failed for it: Mooncake's call leaves such a key out
+ * of its dict), else the key's replica descriptors as a list of objects, each
+ * printed by the wheel's own serializer (struct_json; Mooncake 0.3.13.post1:
+ * {"id", "descriptor_variant", "status"}, the variant's alternative as an
+ * object of its fields).  The text belongs to the caller, released with
+ * mcs_replica_desc_free().  MCS_E_UNSUPPORTED where the loaded wheel lacks
+ * the call; MCS_E_INVALID_ARG for NULL pointers or keys that overrun
+ * key_bytes; MCS_E_CLOSED. */
+MCS_API int mcs_client_replica_desc(mcs_client *c, char **json_out, uint64_t *len_out,
+                                    const char *key_data, uint64_t key_bytes, uint64_t n);
+
+/* Releases a text from mcs_client_replica_desc(); NULL is ignored. */
+MCS_API void mcs_replica_desc_free(char *json);
 
 /* --- batches in the background and their completions (never block, but mcs_client_wait) --- */
 

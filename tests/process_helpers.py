@@ -1,10 +1,31 @@
-"""Freezing a process of a local cluster (SIGSTOP) and knowing when it is frozen."""
+"""Waiting for a state with a deadline; freezing a process of a local cluster (SIGSTOP) and
+knowing when it is frozen, or that a killed one is gone."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from collections.abc import Callable
+
+
+def wait_until(what: str, check: Callable[[], object], timeout: float = 30.0) -> None:
+    """Poll ``check`` until it is true; AssertionError naming ``what`` after ``timeout`` s.
+    Tests wait for the state they assert this way, never sleep for a window and assert."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.005)
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` has died: no such process, or a zombie not yet reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
 
 
 def thread_states(pid: int) -> list[str]:

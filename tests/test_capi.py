@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from capi_helpers import (
@@ -26,6 +25,7 @@ from capi_helpers import (
     make_batch,
     run_batch,
 )
+from process_helpers import wait_until
 
 import mooncake_cffi
 from mooncake_cffi import capi
@@ -148,6 +148,7 @@ def test_close_while_other_threads_are_mid_call(cluster):
     assert lib.mcs_client_create(out, keys, vals, len(cfg), NULL, 0) == 0
     h = out[0]
     codes: list[int] = []
+    served: set[int] = set()  # the threads that have had a call answered
     lock = threading.Lock()
     stop = threading.Event()
 
@@ -157,13 +158,15 @@ def test_close_while_other_threads_are_mid_call(cluster):
             rc = run_batch(h, b)
             with lock:
                 codes.append(rc)
+                if rc == 0:
+                    served.add(i)
             if rc in (E_CLOSED, E_INVALID_HANDLE):
                 return
 
     threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    time.sleep(0.3)
+    wait_until("every thread to be inside its calls", lambda: len(served) == len(threads))
     assert lib.mcs_client_close(h) == 0
     lib.mcs_client_free(h)
     stop.set()

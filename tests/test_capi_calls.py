@@ -152,6 +152,48 @@ def test_remove_by_regex_health_check_and_their_misuse(raw):
         assert call() == E_INVALID_HANDLE
 
 
+def test_replica_desc_lists_each_keys_replicas_as_json_and_refuses_misuse(raw):
+    import json
+
+    tag = f"rd{os.getpid()}x{time.monotonic_ns()}"
+    keys = [f"{tag}-a", f"{tag}-missing", f"{tag}-b"]
+    rc, res = _run_parts(raw, lib.MCS_OP_PUT, [keys[0], keys[2]], [[b"v" * 100], [b"w" * 7]])
+    assert (rc, res) == (0, [0, 0])
+    out = ffi.new("char **")
+    size = ffi.new("uint64_t *")
+    packed = b"".join(k.encode() + b"\0" for k in keys)
+    assert lib.mcs_client_replica_desc(raw, out, size, packed, len(packed), 3) == 0
+    try:
+        text = ffi.string(out[0]).decode()
+        assert len(text) == size[0]
+    finally:
+        lib.mcs_replica_desc_free(out[0])
+    lists = json.loads(text)
+    assert len(lists) == 3 and lists[1] is None
+    for got, nbytes in ((lists[0], 100), (lists[2], 7)):
+        assert len(got) == 1 and got[0]["status"] == 3  # COMPLETE
+        buf = got[0]["descriptor_variant"]["buffer_descriptor"]
+        assert buf["size_"] == nbytes and buf["transport_endpoint_"].startswith("127.0.0.1:")
+    assert lib.mcs_client_replica_desc(raw, out, NULL, b"", 0, 0) == 0
+    assert ffi.string(out[0]) == b"[]"
+    lib.mcs_replica_desc_free(out[0])
+    lib.mcs_replica_desc_free(NULL)
+    bad = [
+        ("NULL out", lambda: lib.mcs_client_replica_desc(raw, NULL, size, packed, len(packed), 3)),
+        ("NULL keys", lambda: lib.mcs_client_replica_desc(raw, out, size, NULL, 10, 1)),
+        ("overrun", lambda: lib.mcs_client_replica_desc(raw, out, size, packed, 5, 3)),
+        ("empty key", lambda: lib.mcs_client_replica_desc(raw, out, size, b"\0", 1, 1)),
+    ]
+    for name, call in bad:
+        out[0] = ffi.cast("char *", 1)  # the call sets it to NULL when it fails
+        assert call() == E_INVALID_ARG, name
+        assert name == "NULL out" or out[0] == NULL, name
+    assert lib.mcs_client_replica_desc(NULL, out, size, packed, len(packed), 3) == E_INVALID_HANDLE
+    done = ffi.new("int64_t[2]")
+    gone = (keys[0] + "\0" + keys[2] + "\0").encode()
+    assert lib.mcs_client_run_keys(raw, done, lib.MCS_OP_REMOVE, 0, gone, len(gone), 2) == 0
+
+
 def test_remove_all_empties_the_cluster_and_a_closed_client_is_unhealthy(make_cluster):
     local = make_cluster("64 MB").start()
     capi.ensure_mooncake_loaded()

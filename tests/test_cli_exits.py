@@ -29,6 +29,7 @@ from mooncake_cffi.cli.errors import (
     EXIT_USAGE,
 )
 from mooncake_cffi.cli.interrupts import Terminated, held_signals
+from process_helpers import wait_until
 
 from mooncake_cffi import Client
 from mooncake_cffi.cluster import LocalCluster
@@ -271,6 +272,17 @@ def _wait_registered(proc: subprocess.Popen, timeout: float = 30.0) -> str:
     raise AssertionError(f"never registered: {seen[-2000:]!r}")
 
 
+def _reading_stdin(pid: int) -> bool:
+    """True while the main thread of ``pid`` waits in read(0, ...) (/proc/PID/syscall: the
+    syscall number, 0 on x86-64, then its first argument)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return False
+    return fields[:2] == ["0", "0x0"]
+
+
 @needs_console
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_exits_128_plus_its_number_and_cleans_up_the_client(
@@ -285,7 +297,7 @@ def test_a_signal_exits_128_plus_its_number_and_cleans_up_the_client(
     )
     try:
         hostname = _wait_registered(proc)
-        time.sleep(0.5)  # on to reading the value from stdin
+        wait_until("mcl2 to read the value from stdin", lambda: _reading_stdin(proc.pid))
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -15,6 +15,7 @@ import time
 import uuid
 
 import pytest
+from process_helpers import gone, wait_until
 
 import mooncake_cffi as mc
 from mooncake_cffi import Client
@@ -79,7 +80,7 @@ def test_master_killed_calls_fail_within_5s_and_restarted_master_serves(make_clu
     key = unique()
     client.put(key, b"before the crash")
     os.kill(cluster.pids["master"], signal.SIGKILL)
-    time.sleep(0.2)
+    wait_until("the killed master to be gone", lambda: gone(cluster.pids["master"]))
     for call in (
         lambda: client.exists(key),
         lambda: client.get(key),

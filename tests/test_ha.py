@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from process_helpers import gone, wait_until
 
 MIB = 1 << 20
 CALL_DEADLINE = 5.0
@@ -370,7 +371,8 @@ def test_mcl2_runs_an_ha_cluster_in_one_command(tmp_path: Path) -> None:
         standby = next(r for r, role in roles.items() if role == "standby")
         for role in ("storage1", standby):
             os.kill(pids[role], 9)
-        time.sleep(0.3)
+        for role in ("storage1", standby):
+            wait_until(f"the killed {role} to be gone", lambda r=role: gone(pids[r]))
     finally:
         down = _mcl2(state, "--json", "cluster", "down")
     assert down.returncode == 0, down.stderr.decode()

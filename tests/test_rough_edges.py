@@ -27,6 +27,7 @@ from cli_helpers import clean_env
 from click.testing import CliRunner
 from mooncake_cffi.cli import cli
 from mooncake_cffi.cli.errors import EXIT_ERROR, EXIT_OK
+from process_helpers import wait_until
 
 from mooncake_cffi import Client
 from mooncake_cffi.admin import AdminClient
@@ -177,7 +178,7 @@ def test_the_drop_in_refuses_a_local_hostname_with_white_space(
 # -- Ctrl-C ends the exit's wait for an HA client's teardown -----------------------------------
 
 _EXIT_CHILD = r"""
-import json, sys, time, warnings
+import atexit, json, sys, time, warnings
 warnings.simplefilter("ignore")
 from mooncake_cffi import Client
 from mooncake_cffi.capi import lib
@@ -185,7 +186,19 @@ client = Client(json.loads(sys.argv[1]))
 client.put(sys.argv[2], b"v")
 client.close()
 print(json.dumps({"pending": int(lib.mcs_teardowns_pending())}), flush=True)
+# Registered after the package's own exit hook, so it runs just before that hook's wait.
+atexit.register(print, "exiting", flush=True)
 """
+
+
+def _in_futex_wait(pid: int) -> bool:
+    """True while the main thread of ``pid`` waits in futex() (/proc/PID/syscall: 202 on
+    x86-64), as it does inside the exit's wait for the teardowns."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            return f.read().split()[:1] == ["202"]
+    except OSError:
+        return False
 
 
 @pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed")
@@ -222,7 +235,11 @@ def test_ctrl_c_ends_the_exit_wait_after_an_ha_close_at_once(
                         + proc.stderr.read()[-3000:]
                     )
                 assert json.loads(line)["pending"] >= 1, line
-                time.sleep(1.0)  # inside the exit's wait by now (it lasts up to 30 s)
+                assert proc.stdout.readline() == "exiting\n"
+                wait_until(  # inside the exit's wait (it lasts up to 30 s), or gone
+                    "the child to wait at its exit",
+                    lambda p=proc: p.poll() is not None or _in_futex_wait(p.pid),
+                )
                 assert proc.poll() is None, "the exit did not wait for the teardown"
                 t0 = time.monotonic()
                 proc.send_signal(signal.SIGINT)

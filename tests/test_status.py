@@ -122,3 +122,22 @@ def test_retryable_codes():
     assert status.is_retryable(status.NO_AVAILABLE_HANDLE)
     assert not status.is_retryable(status.INVALID_PARAMS)
     assert not status.is_retryable(status.MCS_E_CLOSED)
+
+
+def test_an_upserts_racing_writer_codes_raise_concurrent_write_error():
+    from mooncake_cffi import ConcurrentWriteError, MooncakeError
+    from mooncake_cffi._core.plans import raise_key_errors
+    from mooncake_cffi.errors import write_error_for
+
+    for code in (-601, -703):
+        err = write_error_for(code, "x", [code], upsert=True)
+        assert type(err) is ConcurrentWriteError and isinstance(err, MooncakeError)
+        assert err.code == code and err.retryable and err.results == [code]
+        assert type(write_error_for(code, "x")) is not ConcurrentWriteError  # a put's, a get's
+    assert type(write_error_for(-800, "x", upsert=True)) is not ConcurrentWriteError
+    try:
+        raise_key_errors(["k"], [-601], upsert=True)
+    except ConcurrentWriteError as exc:
+        assert "another writer upserted it at the same time" in str(exc) and exc.code == -601
+    else:
+        raise AssertionError("no ConcurrentWriteError")

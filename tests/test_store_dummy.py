@@ -185,6 +185,39 @@ def test_many_rounds_keep_every_byte(pair: dict[str, Any]) -> None:
     assert both(pair, rounds_of) == []
 
 
+def _replica_facts(replicas: list[Any]) -> list[tuple[Any, ...]]:
+    out = []
+    for r in replicas:
+        row: tuple[Any, ...] = (r.is_memory_replica(), r.is_disk_replica(), int(r.status))
+        if r.is_memory_replica():
+            d = r.get_memory_descriptor().buffer_descriptor
+            row += (d.size, d.buffer_address, d.transport_endpoint)
+        out.append(row)
+    return out
+
+
+def test_replica_descriptors_of_a_dummy_answer_as_mooncakes(pair: dict[str, Any]) -> None:
+    """Through the service (DummyClient's own batch_get_replica_desc), no admin URL.  With
+    0.3.13.post1 the service gives a dummy client no descriptors: both answer {} and []."""
+    theirs, ours = pair["theirs"][0], pair["ours"][0]
+    keys = [tag("dummy-desc") for _ in range(3)]
+    for i, k in enumerate(keys):
+        assert theirs.put(k, bytes([i + 1]) * (2048 + i)) == 0
+    asked = [keys[0], tag("dummy-desc-missing"), keys[1], keys[2]]
+    try:
+        real, mine = theirs.batch_get_replica_desc(asked), ours.batch_get_replica_desc(asked)
+        assert sorted(mine) == sorted(real)
+        assert {k: _replica_facts(v) for k, v in mine.items()} == {
+            k: _replica_facts(v) for k, v in real.items()
+        }
+        for k in asked:
+            assert _replica_facts(ours.get_replica_desc(k)) == _replica_facts(
+                theirs.get_replica_desc(k)
+            )
+    finally:
+        assert theirs.batch_remove(keys, True) == [0, 0, 0]
+
+
 def test_alloc_from_mem_pool_answers_as_mooncakes(
     pair: dict[str, Any], local: LocalCluster
 ) -> None:

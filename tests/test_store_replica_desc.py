@@ -1,13 +1,17 @@
 """Replica descriptors, the honest setup signature and the module names of mooncake.store on
-the drop-in, side by side with Mooncake's own class on one cluster."""
+the drop-in, side by side with Mooncake's own class on one cluster.  The drop-in asks the
+master for descriptors as Mooncake's class does (no admin URL in its setup)."""
 
 from __future__ import annotations
 
 import inspect
+import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from process_helpers import gone, wait_until
 from store_helpers import Memory, setup_args, tag
 
 import mooncake_cffi.store as store_module
@@ -25,10 +29,11 @@ def pair(make_module_cluster: Callable[..., LocalCluster]) -> Iterator[dict[str,
     theirs, ours = ms.MooncakeDistributedStore(), MooncakeDistributedStore()
     try:
         assert theirs.setup(*setup_args(cluster)) == 0
-        # The master serves its admin API on a port of its own.
+        # No admin_url: the descriptors come from the master's RPC, as Mooncake's do (the
+        # default admin URL, port 9003, is not this cluster's).
         config = dict(zip(("local_hostname", "metadata_server"), setup_args(cluster)[:2]))
         config.update(master_server_addr=cluster.master_addr, protocol="tcp",
-                      global_segment_size="0", admin_url=cluster.metrics_url)  # fmt: skip
+                      global_segment_size="0")  # fmt: skip
         assert ours.setup(config) == 0
         yield {"theirs": theirs, "ours": ours}
     finally:
@@ -72,6 +77,58 @@ def test_replica_descriptors_answer_as_mooncakes(pair: dict[str, Any]) -> None:
     finally:
         theirs.batch_put_session_revoke([pending])
         theirs.batch_remove(keys, True)
+
+
+def _endpoints(replicas: list[Any]) -> list[str]:
+    return sorted(
+        r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+        for r in replicas
+        if r.is_memory_replica()
+    )
+
+
+@pytest.mark.slow
+def test_two_replicas_on_two_nodes_and_after_one_dies_answer_as_mooncakes(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """replica_num 2 over two storage nodes: both classes list the same two memory replicas
+    (one per node, their endpoints); once a node is killed and the master has dropped its
+    segment, both list the survivor only."""
+    local = make_cluster(["128 MB", "128 MB"], storage_nodes=2, client_ttl=2).start()
+    theirs, ours = ms.MooncakeDistributedStore(), MooncakeDistributedStore()
+    try:
+        assert theirs.setup(*setup_args(local)) == 0
+        assert ours.setup(local.client_config()) == 0
+        config = ms.ReplicateConfig()
+        config.replica_num = 2
+        keys = [tag("two") for _ in range(4)]
+        for k in keys:
+            assert theirs.put(k, b"r" * 8192, config) == 0
+        real = theirs.batch_get_replica_desc(keys)
+        mine = ours.batch_get_replica_desc(keys)
+        assert {k: _facts(v) for k, v in mine.items()} == {k: _facts(v) for k, v in real.items()}
+        both = {e for v in real.values() for e in _endpoints(v)}  # one per node
+        assert len(both) == 2 and all(len(_endpoints(v)) == 2 for v in mine.values())
+        for k in keys:
+            assert _facts(ours.get_replica_desc(k)) == _facts(theirs.get_replica_desc(k))
+
+        victim = local.pids["storage1"]
+        os.kill(victim, signal.SIGKILL)
+        wait_until("the killed node to be gone", lambda: gone(victim))
+        wait_until(
+            "the master to drop the dead node's replicas",
+            lambda: all(len(v) == 1 for v in theirs.batch_get_replica_desc(keys).values()),
+        )
+        real = theirs.batch_get_replica_desc(keys)
+        mine = ours.batch_get_replica_desc(keys)
+        assert sorted(mine) == sorted(real) == sorted(keys)
+        assert {k: _facts(v) for k, v in mine.items()} == {k: _facts(v) for k, v in real.items()}
+        survivors = {e for v in mine.values() for e in _endpoints(v)}
+        assert len(survivors) == 1 and survivors < both
+        assert _facts(ours.get_replica_desc(keys[0])) == _facts(theirs.get_replica_desc(keys[0]))
+    finally:
+        theirs.close()
+        ours.close()
 
 
 def test_a_store_not_set_up_has_no_descriptors() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from process_helpers import wait_until
 
 from mooncake_cffi import topology
 from mooncake_cffi.topology import Topology, TopologyUnavailable
@@ -52,8 +53,16 @@ def hosts(netns: None) -> Iterator[Topology]:
     with Topology(hosts=["a", "b"]) as t:
         for host in ("a", "b"):
             t.run_in(host, [sys.executable, "-c", SERVER])
-        time.sleep(0.3)
+        for host in ("a", "b"):
+            wait_until(f"the server on {host} to listen", lambda h=host: _listening(t, h))
         yield t
+
+
+def _listening(t: Topology, host: str) -> bool:
+    """True once something listens on TCP port 5001 in ``host``'s namespace."""
+    argv = [*t.prefix(host), "ss", "-Htln", "sport = :5001"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    return result.returncode == 0 and bool(result.stdout.strip())
 
 
 def _send(t: Topology, src: str, dst: str, nbytes: int = 10) -> bool:

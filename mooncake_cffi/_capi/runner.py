@@ -392,6 +392,22 @@ class Runner:
         rc = lib.mcs_client_health_check(self.native.handle, out)
         return rc, int(out[0])
 
+    def replica_desc(self, keys: Sequence[bytes]) -> tuple[int, str]:
+        """Mooncake's batch_get_replica_desc for ``keys`` (UTF-8, without NUL bytes): (the
+        shim's status, its JSON text: one element per key, null or the key's descriptors)."""
+        out = ffi.new("char **")
+        size = ffi.new("uint64_t *")
+        packed = b"".join(k + b"\0" for k in keys)
+        rc = lib.mcs_client_replica_desc(
+            self.native.handle, out, size, packed, len(packed), len(keys)
+        )
+        if rc != 0:
+            return rc, ""
+        try:
+            return rc, ffi.unpack(out[0], size[0]).decode("utf-8", "replace")
+        finally:
+            lib.mcs_replica_desc_free(out[0])
+
     def register_buffer(self, buf: Any, size: int) -> int:
         """Register memory (cdata ``buf``) with Mooncake: the shim's status."""
         return lib.mcs_client_register_buffer(self.native.handle, buf, size)  # type: ignore[no-any-return]

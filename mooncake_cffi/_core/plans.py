@@ -18,7 +18,14 @@ import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import InvalidArgumentError, MooncakeError, MooncakeTimeoutError, error_for
+from ..errors import (
+    CONCURRENT_WRITE_CODES,
+    InvalidArgumentError,
+    MooncakeError,
+    MooncakeTimeoutError,
+    error_for,
+    write_error_for,
+)
 from ..retry import RetryPolicy
 from ..status import (
     FLAG_SKIP_EXISTING,
@@ -170,8 +177,11 @@ def raise_key_errors(
     allow: Iterable[int] = (),
     sizes: Sequence[int] | None = None,
     segment_note: str = "",
+    *,
+    upsert: bool = False,
 ) -> None:
-    """Raise the exception for the first per-key error not in ``allow``."""
+    """Raise the exception for the first per-key error not in ``allow``; for an
+    ``upsert``, a code that shows a racing writer of the key is a ConcurrentWriteError."""
     if not results or min(results) >= 0:
         return
     allowed = set(allow)
@@ -186,7 +196,13 @@ def raise_key_errors(
                     f"segments{segment_note}; the value is larger than the free space of any "
                     "segment: remove keys or add storage"
                 )
-            raise error_for(r, msg, results)
+            if upsert and r in CONCURRENT_WRITE_CODES:
+                msg = (
+                    f"key {k!r}: another writer upserted it at the same time and this upsert "
+                    f"lost ({describe(r)}): the key holds the other writer's value; upsert "
+                    "again for this value to win, or read the key"
+                )
+            raise write_error_for(r, msg, results, upsert=upsert)
 
 
 def batch_get_plan(

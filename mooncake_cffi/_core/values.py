@@ -97,7 +97,7 @@ class Values:
     ) -> int:
         """Store one value; its status (0, or ``PUT_EXISTED``); raises for an error."""
         results = self.store(op, [key], [value], flags, replicate_config, timeout)
-        raise_key_errors([key], results, (), [nbytes(value)], self.note)
+        raise_key_errors([key], results, (), [nbytes(value)], self.note, upsert=op == OP_UPSERT)
         return results[0]
 
     def store(

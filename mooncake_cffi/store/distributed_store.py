@@ -486,17 +486,29 @@ class MooncakeDistributedStore(metaclass=_StoreType):
 
     def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
         """The replicas of ``key`` as :class:`ReplicaDescriptor` objects ([] when missing,
-        not ready, or before setup), from the master's admin API (:mod:`.replicas`)."""
-        if self._admin is None or not isinstance(key, str):
+        not ready, or before setup), asked of the master as Mooncake's class asks it
+        (:mod:`.replicas`)."""
+        client = self.client
+        if client is None or not isinstance(key, str):
             return []
-        return replicas.replica_desc(self._admin, key)
+        found = replicas.from_master(client.batches.runner, [key])
+        if found is not None:
+            return found[0] or []
+        return [] if self._admin is None else replicas.replica_desc(self._admin, key)
 
     def batch_get_replica_desc(self, keys: list[str]) -> dict[str, list[ReplicaDescriptor]]:
-        """Key -> its replicas, for the keys the master has complete (others left out)."""
+        """Key -> its replicas, for the keys the master answered for (others left out)."""
         ks = _keys(keys)
-        if self._admin is None or not ks:
+        client = self.client
+        if client is None or not ks:
             return {}
-        return replicas.batch_replica_desc(self._admin, ks)
+        if not all(isinstance(k, str) for k in ks):
+            raise TypeError("keys must be a list of str")
+        unique = list(dict.fromkeys(ks))
+        found = replicas.from_master(client.batches.runner, unique)
+        if found is not None:
+            return {k: v for k, v in zip(unique, found) if v is not None}
+        return {} if self._admin is None else replicas.batch_replica_desc(self._admin, unique)
 
     # ------------------------------------------------------------ tensors (torch)
 

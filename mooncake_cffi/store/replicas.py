@@ -1,27 +1,35 @@
 """Replica descriptors on the drop-in: ``get_replica_desc`` / ``batch_get_replica_desc`` and
-Mooncake's ``ReplicaDescriptor`` family, answered from the master's admin API.
+Mooncake's ``ReplicaDescriptor`` family, asked of the master as Mooncake's class asks it.
 
-Mooncake's calls ask the master for each key's replicas (``Query`` / ``BatchQuery``) and hand
-back ``ReplicaDescriptor`` objects.  The drop-in reads the same facts from the master's admin
-HTTP API (``/query_key``, ``/batch_query_keys``; :class:`~mooncake_cffi.admin.AdminClient`):
-each memory replica's buffer (size, address, transport endpoint) and each disk replica's file.
-The master lists only complete replicas there, as its query does, so every descriptor's
-``status`` is ``COMPLETE``.  The admin API takes no read lease, where Mooncake's query does.
+Mooncake's calls ask the master for each key's replicas (``RealClient::batch_get_replica_desc``,
+one ``BatchQuery``) and hand back ``ReplicaDescriptor`` objects.  The drop-in makes the same
+call through the shim (``mcs_client_replica_desc``), which hands back the descriptors as the
+wheel's own serializer prints them (JSON); :func:`from_master` turns them into the same
+objects: each memory replica's buffer (size, address, transport endpoint), each disk
+replica's file, and each replica's status, all as the master answered.  A key the master
+gave nothing for (missing, not complete yet, or its query failed) gets ``[]`` and is left
+out of the batch's dict, as in Mooncake's.
 
-Where the admin API is: the setup key ``admin_url`` (or ``MOONCAKE_CFFI_STORE_OPTIONS``), else
-``http://<master host>:9003`` (the master's default ``-metrics_port``).  A master that cannot
-be asked answers as a failed query does in Mooncake: no descriptors (``[]``, or the key left out
-of the dict), with one warning naming the URL.
+Only a wheel without that call (the shim answers MCS_E_UNSUPPORTED) falls back to the
+master's admin HTTP API (``/query_key``, ``/batch_query_keys``;
+:class:`~mooncake_cffi.admin.AdminClient`), at the setup key ``admin_url`` (or
+``MOONCAKE_CFFI_STORE_OPTIONS``), else ``http://<master host>:9003`` (the master's default
+``-metrics_port``); every descriptor's ``status`` is then ``COMPLETE`` (the admin API lists
+only complete replicas) and a master that cannot be asked answers no descriptors, with one
+warning naming the URL.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from ..admin import AdminClient, AdminError
 from ..admin.model import KeyInfo, Replica
+from ..status import MCS_E_UNSUPPORTED
 
 __all__ = [
     "Descriptor",
@@ -30,6 +38,7 @@ __all__ = [
     "ReplicaDescriptor",
     "ReplicaStatus",
     "batch_replica_desc",
+    "from_master",
     "replica_desc",
 ]
 
@@ -136,6 +145,57 @@ def _descriptor(r: Replica) -> ReplicaDescriptor:
 
 def _descriptors(info: KeyInfo | None) -> list[ReplicaDescriptor]:
     return [] if info is None else [_descriptor(r) for r in info.replicas]
+
+
+def _status(value: Any) -> ReplicaStatus:
+    try:
+        return ReplicaStatus(int(value))
+    except (TypeError, ValueError):
+        return ReplicaStatus.UNDEFINED
+
+
+def _from_json(d: dict[str, Any]) -> ReplicaDescriptor:
+    """One descriptor as the wheel prints it: ``{"id", "descriptor_variant", "status"}``,
+    the variant as the object of its alternative's fields (no tag: told by its fields)."""
+    v = d.get("descriptor_variant") or {}
+    status = _status(d.get("status"))
+    if "buffer_descriptor" in v:  # MemoryDescriptor (a NoF one prints the same: none here)
+        b = v["buffer_descriptor"] or {}
+        buf = Descriptor(
+            int(b.get("size_", 0)),
+            int(b.get("buffer_address_", 0)),
+            str(b.get("transport_endpoint_", "")),
+        )
+        return ReplicaDescriptor("memory", memory=MemoryDescriptor(buf), status=status)
+    if "client_id" in v:  # LocalDiskDescriptor
+        disk = DiskDescriptor("", int(v.get("object_size", 0)))
+        return ReplicaDescriptor("local_disk", disk=disk, status=status)
+    if "shard_idx" in v or "aligned_size" in v:  # DistributedFSDescriptor
+        return ReplicaDescriptor("dfs", status=status)
+    if "file_path" in v:  # DiskDescriptor
+        disk = DiskDescriptor(str(v.get("file_path", "")), int(v.get("object_size", 0)))
+        return ReplicaDescriptor("disk", disk=disk, status=status)
+    return ReplicaDescriptor("unknown", status=status)
+
+
+def from_master(runner: Any, keys: Sequence[str]) -> list[list[ReplicaDescriptor] | None] | None:
+    """Each key's replicas as the master gives them (None for a key it gave nothing for),
+    through ``runner`` (the client's :class:`~mooncake_cffi._capi.runner.Runner`); None when
+    the loaded wheel has no such call.  A failed call answers no descriptors, as Mooncake's."""
+    packed = [k.encode("utf-8", "surrogatepass") for k in keys]
+    if not packed or any(b"\0" in k or not k for k in packed):
+        return [None] * len(keys) if packed else []
+    rc, text = runner.replica_desc(packed)
+    if rc == MCS_E_UNSUPPORTED:
+        return None
+    if rc != 0:
+        return [None] * len(keys)
+    try:
+        lists = json.loads(text)
+    except ValueError:
+        log.warning("get_replica_desc: the wheel printed descriptors that are not JSON")
+        return [None] * len(keys)
+    return [None if x is None else [_from_json(d) for d in x] for x in lists]
 
 
 _warned: set[str] = set()

@@ -70,7 +70,8 @@ CLIENT_OPTIONS = frozenset(
 )
 _LANE_KEYS = frozenset({"num_workers", "per_op_workers"})
 #: Keys of the setup dict for the drop-in itself: ``admin_url``, the master's admin API
-#: (replica descriptors; default ``http://<master host>:9003``); ``fail_open`` (default
+#: (replica descriptors on a wheel that cannot ask the master for them itself; default
+#: ``http://<master host>:9003``); ``fail_open`` (default
 #: true: a store that stops answering is answered around at once, :mod:`.fail_open`).
 STORE_OPTIONS = frozenset({"admin_url", "fail_open"})
 #: Keys read by the shim, not Mooncake: the HA cluster id, value verification (``crc32c``).

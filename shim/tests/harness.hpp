@@ -34,6 +34,20 @@ inline int g_failed_checks = 0;
         }                                                                                     \
     } while (0)
 
+// Waits until pred() holds, polling every millisecond, for at most `limit`:
+// true if it held.  Tests wait for the state they assert instead of sleeping
+// for a window and hoping the state was reached (under a loaded sanitizer run
+// 20 ms was not enough for two workers to start).
+inline bool wait_until(const std::function<bool()> &pred,
+                       std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() >= deadline) return pred();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
 // A test binary's tests, by name.  run_tests runs them in order, prints PASS or FAIL for
 // each (with the failed CHECKs above it) and a count, and returns main's exit status.
 struct NamedTest {

@@ -91,11 +91,15 @@ void test_tiles_make_exactly_one_completion() {
     auto got = f.drain_all(1);
     CHECK(got.size() == 1 && got[0].n_keys == 10 && got[0].status == 0);
     for (auto r : res) CHECK(r == 0);
-    std::this_thread::sleep_for(50ms);
+    // Every tile has finished (none queued or running): any extra completion
+    // would have been posted by now.
+    mcs_lane_stats st{};
+    CHECK(wait_until([&] {
+        f.engine->lane_stats(MCS_LANE_STORE, &st);
+        return st.queued == 0 && st.running == 0 && st.pending == 0;
+    }));
     mcs_completion extra[4];
     CHECK(f.engine->drain(extra, 4, sizeof(mcs_completion)) == 0);
-    mcs_lane_stats st{};
-    f.engine->lane_stats(MCS_LANE_STORE, &st);
     CHECK(st.completed == 1 && st.keys == 10 && st.workers == 3);
 }
 
@@ -147,9 +151,7 @@ void test_waiting_small_gets_are_merged() {
         uint64_t id;
         for (size_t i = 0; i < keys.size(); i++) {
             CHECK(f.submit(MCS_OP_GET, keys[i], &bufs[i], size16, &res[i], &id) == 0);
-            if (i == 0) {
-                while (f.store->get_calls.load() == 0) std::this_thread::sleep_for(1ms);
-            }
+            if (i == 0) CHECK(wait_until([&] { return f.store->get_calls.load() > 0; }));
         }
         f.store->block_gets = false;
         auto got = f.drain_all(keys.size());
@@ -195,9 +197,13 @@ void test_small_sync_reads_of_many_threads_share_calls() {
         CHECK(f.run(MCS_OP_GET, k, buf, size8, &res[size_t(i)]) == 0);
     };
     threads.emplace_back(get, 0);
-    while (f.store->get_calls.load() == 0) std::this_thread::sleep_for(1ms);
+    CHECK(wait_until([&] { return f.store->get_calls.load() > 0; }));
     for (int i = 1; i < 8; i++) threads.emplace_back(get, i);
-    std::this_thread::sleep_for(50ms);  // all seven are waiting
+    mcs_lane_stats queued{};
+    CHECK(wait_until([&] {  // all seven are waiting, queued behind the first
+        f.engine->lane_stats(MCS_LANE_RETRIEVE, &queued);
+        return queued.queued == 7;
+    }));
     CHECK(f.store->get_calls.load() == 1);
     f.store->block_gets = false;
     for (auto &t : threads) t.join();
@@ -224,8 +230,8 @@ void test_lanes_isolate_lookups_from_blocked_stores() {
     uint64_t ids[4];
     for (int i = 0; i < 4; i++)
         CHECK(f.submit(MCS_OP_PUT, keys[i], bufs, sizes, res[i], &ids[i]) == 0);
-    std::this_thread::sleep_for(20ms);
-    CHECK(f.store->puts_running.load() == 2);  // store lane: 2 workers, both stuck
+    // store lane: 2 workers, both stuck in Mooncake; the other two batches queued
+    CHECK(wait_until([&] { return f.store->puts_running.load() == 2; }));
     Keys look({"s0"});
     int64_t lr[1];
     auto t0 = std::chrono::steady_clock::now();
@@ -234,6 +240,7 @@ void test_lanes_isolate_lookups_from_blocked_stores() {
     mcs_lane_stats st{};
     f.engine->lane_stats(MCS_LANE_STORE, &st);
     CHECK(st.running == 2 && st.queued == 2 && st.pending == 4);
+    CHECK(f.store->puts_running.load() == 2);  // still stuck: the lookup did not wait for them
     f.store->block_puts = false;
     CHECK(f.drain_all(4).size() == 4);
 }
@@ -288,11 +295,18 @@ void test_full_queue_fails_or_waits_as_configured() {
             CHECK(st.rejected == 1 && st.pending == 2);
             f.store->block_puts = false;
         } else {
+            // The queue is full (one put running, one queued); the puts are
+            // unblocked once the submit below is on its way, and it must not
+            // return before a put finished and made room.
+            std::atomic<bool> submitting{false};
             std::thread unblock([&] {
-                std::this_thread::sleep_for(50ms);
+                CHECK(wait_until([&] { return submitting.load(); }));
                 f.store->block_puts = false;
             });
+            CHECK(wait_until([&] { return f.store->puts_running.load() == 1; }));
+            submitting = true;
             CHECK(f.submit(MCS_OP_PUT, k2, bufs, sizes, r2, &id) == 0);  // waited for room
+            CHECK(!f.store->block_puts.load());
             unblock.join();
         }
         CHECK(f.drain_all(wait_ms >= 0 ? 2 : 3).size() == size_t(wait_ms >= 0 ? 2 : 3));
@@ -329,8 +343,14 @@ void test_close_drains_accepted_work_and_refuses_more() {
     int64_t res[5][1];
     uint64_t id;
     for (int i = 0; i < 5; i++) CHECK(f.submit(MCS_OP_PUT, keys[i], bufs, sizes, res[i], &id) == 0);
+    // The puts go on only once close() has begun (it then refuses new calls),
+    // so close must wait for the accepted work rather than find it done.
     std::thread unblock([&] {
-        std::this_thread::sleep_for(50ms);
+        CHECK(wait_until([&] {
+            if (f.engine->enter() != 0) return true;
+            f.engine->leave();
+            return false;
+        }));
         f.store->block_puts = false;
     });
     CHECK(f.engine->close() == 0);
@@ -364,7 +384,7 @@ void test_close_waits_for_threads_inside_calls() {
             }
         });
     }
-    while (ok.load() < 100) std::this_thread::sleep_for(1ms);
+    CHECK(wait_until([&] { return ok.load() >= 100; }));
     CHECK(f.engine->close() == 0);
     for (auto &t : threads) t.join();
     CHECK(ok.load() > 0 && other.load() == 0 && refused.load() == 4);

@@ -1,6 +1,8 @@
 // The extern "C" surface of the shim, part two: the data calls (batches,
 // single keys, completions, held values, counters, the cluster-wide calls),
 // each run on a live, open client through the wrappers of capi.hpp.
+#include <cstdlib>
+
 #include "capi.hpp"
 
 using namespace mcs::capi;
@@ -79,6 +81,46 @@ int mcs_client_remove_all(mcs_client *c, int64_t *removed_out, int force) {
         *removed_out = n;
         return MCS_OK;
     });
+}
+
+int mcs_client_replica_desc(mcs_client *c, char **json_out, uint64_t *len_out, const char *key_data,
+                            uint64_t key_bytes, uint64_t n) {
+    if (json_out) *json_out = nullptr;
+    return with_open_client(c, [&](mcs::Engine &e) -> int {
+        if (!json_out) throw mcs::Error(MCS_E_INVALID_ARG, "json_out is NULL");
+        if (n && !key_data) throw mcs::Error(MCS_E_INVALID_ARG, "key_data is NULL");
+        mcs::StrVec keys;
+        keys.reserve(n);
+        uint64_t at = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            const void *nul =
+                at < key_bytes ? std::memchr(key_data + at, 0, key_bytes - at) : nullptr;
+            if (!nul) throw mcs::Error(MCS_E_INVALID_ARG, "keys overrun key_bytes");
+            uint64_t len = uint64_t(static_cast<const char *>(nul) - (key_data + at));
+            if (!len) throw mcs::Error(MCS_E_INVALID_ARG, "empty key");
+            keys.emplace_back(key_data + at, len);
+            at += len + 1;
+        }
+        std::string json = "[";
+        if (n) {
+            std::vector<std::string> lists = e.replica_desc(keys);
+            for (size_t i = 0; i < lists.size(); i++) {
+                if (i) json += ",";
+                json += lists[i].empty() ? "null" : lists[i];
+            }
+        }
+        json += "]";
+        char *out = static_cast<char *>(std::malloc(json.size() + 1));
+        if (!out) throw mcs::Error(MCS_E_NOMEM, "out of memory");
+        std::memcpy(out, json.c_str(), json.size() + 1);
+        *json_out = out;
+        if (len_out) *len_out = json.size();
+        return MCS_OK;
+    });
+}
+
+void mcs_replica_desc_free(char *json) {
+    std::free(json);
 }
 
 int mcs_client_remove_by_regex(mcs_client *c, int64_t *removed_out, const char *pattern,

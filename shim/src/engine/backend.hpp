@@ -152,6 +152,14 @@ public:
     virtual std::vector<int> session(const SessionCall & /*call*/) {
         throw Error(MCS_E_UNSUPPORTED, "this store has no session API");
     }
+    // What the master knows of each key's replicas (Mooncake's
+    // batch_get_replica_desc): one entry per key, in order, each the JSON list
+    // of the key's replica descriptors as the store prints them, or "" where
+    // it gave none for the key.  Throws Error (MCS_E_UNSUPPORTED) where the
+    // store cannot tell.
+    virtual std::vector<std::string> replica_desc(const StrVec & /*keys*/) {
+        throw Error(MCS_E_UNSUPPORTED, "this store cannot list replica descriptors");
+    }
     // Called once, by Engine::close(), after every worker has stopped and
     // every held value has been released.
     virtual void teardown() = 0;

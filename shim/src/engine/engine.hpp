@@ -95,6 +95,9 @@ public:
         return backend_->remove_by_regex(pattern, force);
     }
     int health_check() { return closed() ? 1 : backend_->health_check(); }
+    std::vector<std::string> replica_desc(const StrVec &keys) {
+        return backend_->replica_desc(keys);
+    }
     // For a forked child: refuse everything, touch nothing.
     void abandon();
     bool closed() const { return state_.load() != kOpen; }

@@ -235,6 +235,9 @@ public:
         return inner_->remove_by_regex(p, force);
     }
     int health_check() override { return inner_->health_check(); }
+    std::vector<std::string> replica_desc(const StrVec &keys) override {
+        return inner_->replica_desc(keys);
+    }
     int register_buffer(void *p, size_t s) override { return inner_->register_buffer(p, s); }
     int unregister_buffer(void *p) override { return inner_->unregister_buffer(p); }
     // Byte ranges are the caller's own reads of a value's bytes, not

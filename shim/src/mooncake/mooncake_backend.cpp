@@ -15,6 +15,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <sstream>
 
 #include "../engine/engine.hpp"
 #include "../engine/reaper.hpp"
@@ -220,6 +222,90 @@ void resolve_session(void *h) {
     g_has_session = true;
 }
 
+// Optional: replica descriptors (batch_get_replica_desc, one BatchQuery of the
+// master), of RealClient and of DummyClient.  The shim knows nothing of
+// Replica::Descriptor's layout (it changed with the wheels): a
+// std::vector<Replica::Descriptor> is only moved bitwise here, as its three
+// pointers, printed by store.so's own mooncake::to_stream (struct_json, the
+// text Mooncake's verbose logs show) and destroyed by store.so's own
+// destructor of a std::vector<std::vector<Replica::Descriptor>>.  The map the
+// call returns is walked and freed as a std::map of the same key and a value of
+// the same size and alignment (libstdc++'s node layout does not depend on it).
+struct DescVec {
+    void *begin, *end, *cap;
+};
+using DescMap = std::map<std::string, DescVec>;
+using BatchReplicaDesc = DescMap (*)(RealClient *, const StrVec &);
+struct ReplicaDescSymbols {
+    void (*print)(std::ostream &, const DescVec &);
+    void (*destroy_all)(DescVec *outer);  // ~vector<vector<Descriptor>>
+};
+constexpr const char *kBatchReplicaDesc =
+    "_ZN8mooncake10RealClient22batch_get_replica_descERKSt6vectorINSt7__cxx1112basic_"
+    "stringIcSt11char_traitsIcESaIcEEESaIS7_EE";
+constexpr const char *kDummyBatchReplicaDesc =
+    "_ZN8mooncake11DummyClient22batch_get_replica_descERKSt6vectorINSt7__cxx1112basic_"
+    "stringIcSt11char_traitsIcESaIcEEESaIS7_EE";
+constexpr const char *kPrintDescriptors =
+    "_ZN8mooncake9to_streamINS_7Replica10DescriptorEEEvRSoRKSt6vectorIT_SaIS5_EE";
+constexpr const char *kDestroyDescriptorLists =
+    "_ZNSt6vectorIS_IN8mooncake7Replica10DescriptorESaIS2_EESaIS4_EED1Ev";
+BatchReplicaDesc g_batch_replica_desc = nullptr;
+BatchReplicaDesc g_dummy_batch_replica_desc = nullptr;
+ReplicaDescSymbols g_replica_desc{};
+
+void resolve_replica_desc(void *h) {
+    auto print = reinterpret_cast<decltype(g_replica_desc.print)>(dlsym(h, kPrintDescriptors));
+    auto destroy =
+        reinterpret_cast<decltype(g_replica_desc.destroy_all)>(dlsym(h, kDestroyDescriptorLists));
+    if (!print || !destroy) return;  // nothing to print or free them with: none
+    g_replica_desc = {print, destroy};
+    g_batch_replica_desc = reinterpret_cast<BatchReplicaDesc>(dlsym(h, kBatchReplicaDesc));
+    g_dummy_batch_replica_desc =
+        reinterpret_cast<BatchReplicaDesc>(dlsym(h, kDummyBatchReplicaDesc));
+}
+
+// Key i's descriptors as store.so prints them ("" where the map has no entry
+// for it); the map is emptied and every descriptor freed, whatever happens.
+std::vector<std::string> print_replica_desc(DescMap &found, const StrVec &keys) {
+    // Every list goes into one vector<vector<Descriptor>> that store.so destroys.
+    const size_t n = found.size();
+    DescVec outer{nullptr, nullptr, nullptr};
+    if (n) {
+        auto *lists = static_cast<DescVec *>(::operator new(n * sizeof(DescVec)));
+        size_t i = 0;
+        for (auto &entry : found) {
+            lists[i++] = entry.second;
+            entry.second = DescVec{nullptr, nullptr, nullptr};
+        }
+        outer = DescVec{lists, lists + n, lists + n};
+    }
+    struct Free {
+        DescVec *outer;
+        ~Free() {
+            if (outer->begin) g_replica_desc.destroy_all(outer);
+        }
+    } free_lists{&outer};
+    std::map<std::string, const DescVec *> by_key;
+    size_t i = 0;
+    for (auto &entry : found)
+        by_key.emplace(entry.first, static_cast<DescVec *>(outer.begin) + i++);
+    std::vector<std::string> out;
+    out.reserve(keys.size());
+    for (const auto &key : keys) {
+        auto it = by_key.find(key);
+        if (it == by_key.end()) {
+            out.emplace_back();
+            continue;
+        }
+        std::ostringstream os;
+        g_replica_desc.print(os, *it->second);
+        out.push_back(os.str());
+        if (out.back().empty()) out.back() = "[]";
+    }
+    return out;
+}
+
 // Flattened parts (key i: [first[i], first[i+1])) as Mooncake's nested vectors.
 void nest(const PtrVec &bufs, const SizeVec &sizes, const SizeVec &first, PtrVecs &all_bufs,
           SizeVecs &all_sizes) {
@@ -291,6 +377,7 @@ struct ClientCalls {
     bool session;  // RealClient's session API
     bool dummy;    // DummyClient: its reads are the service's (no replica failover here)
     const char *name;
+    BatchReplicaDesc replica_desc;  // null: the wheel lacks it (or a way to print it)
 };
 
 class MooncakeBackend final : public Backend {
@@ -498,6 +585,13 @@ public:
         throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version + ") has no " +
                                            calls_.name + "::get_into_ranges");
     }
+    std::vector<std::string> replica_desc(const StrVec &keys) override {
+        if (!calls_.replica_desc)
+            throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version + ") has no " +
+                                               calls_.name + "::batch_get_replica_desc");
+        DescMap found = calls_.replica_desc(client_.get(), keys);
+        return print_replica_desc(found, keys);
+    }
     std::vector<int> session(const SessionCall &s) override {
         if (!calls_.session)
             throw Error(MCS_E_UNSUPPORTED, "the loaded Mooncake wheel (" + g_version +
@@ -697,6 +791,7 @@ int load_mooncake(const char *path, const char *version, std::string &msg) {
     g_into_ranges5 = reinterpret_cast<IntoRanges5>(dlsym(h, kIntoRanges5));  // optional
     g_into_ranges6 = reinterpret_cast<IntoRanges6>(dlsym(h, kIntoRanges6));  // optional
     resolve_session(h);                                                      // optional
+    resolve_replica_desc(h);                                                 // optional
     resolve_dummy(h, ptrs);                                                  // optional
     g_replica_choice = replica_choice_init(h);                               // optional
     *g_sym.minloglevel = g_log_level;
@@ -736,7 +831,7 @@ std::unique_ptr<Backend> make_mooncake_backend(const StrVec &keys, const StrVec 
     // be kept when it closes.
     const bool ha = config_or(cfg, "master_server_addr", "").find("://") != std::string::npos;
     const ClientCalls calls{&g_sym,        g_upsert_multi, g_into_ranges5, g_into_ranges6,
-                            g_has_session, false,          "RealClient"};
+                            g_has_session, false,          "RealClient",   g_batch_replica_desc};
     std::string key = ha && wants_no_segment(cfg) ? pool_key(cfg) : std::string();
     if (!key.empty())
         if (std::shared_ptr<RealClient> kept = take_kept(key))
@@ -798,8 +893,9 @@ std::unique_ptr<Backend> make_dummy_backend(size_t mem_pool_size, size_t local_b
                                            std::to_string(rc) + ") against the client service " +
                                            server_address + " (IPC socket " + ipc +
                                            "): is it Mooncake's mooncake_client, and running?");
-    const ClientCalls calls{&g_dummy, g_dummy_upsert_multi, nullptr, g_dummy_into_ranges6, false,
-                            true,     "DummyClient"};
+    const ClientCalls calls{
+        &g_dummy,      g_dummy_upsert_multi,      nullptr, g_dummy_into_ranges6, false, true,
+        "DummyClient", g_dummy_batch_replica_desc};
     return std::make_unique<MooncakeBackend>(std::move(client), false, false, calls);
 }
 
