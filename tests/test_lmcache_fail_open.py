@@ -17,7 +17,7 @@ from mooncake_cffi.lmcache import MooncakeConnector
 from mooncake_cffi.store.fail_open import DEADLINE, PROBE_EVERY
 
 #: Scheduling slack on a loaded 2-core machine, beyond Mooncake's shortened wait.
-SLACK = 2.0
+SLACK = 3.0
 
 
 def drain_one(conn: MooncakeConnector, task: int, timeout: float) -> tuple[tuple, float]:

@@ -23,7 +23,7 @@ from mooncake_cffi.store.calls import StoreCalls
 from mooncake_cffi.store.fail_open import DEADLINE, PROBE_EVERY, FailOpen
 
 #: Scheduling slack on a loaded 2-core machine, beyond Mooncake's shortened wait.
-SLACK = 2.0
+SLACK = 3.0
 #: How long a test waits for the breaker to close once the store is back.
 RECOVERY = PROBE_EVERY + DEADLINE + 10.0
 
