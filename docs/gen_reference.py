@@ -332,7 +332,9 @@ def lmcache_options() -> str:
             "`true` (the default) or `false`. Without an `op_timeout`, every batch has a deadline"
             " of 2 s, and a batch that fails slowly or finds the master gone opens a breaker:"
             " every batch then completes at once as failed (lookups and loads find nothing, so"
-            " LMCache recomputes) until a probe finds the master answering again."
+            " LMCache recomputes) until a probe finds the master answering again. Loads (without"
+            " a registered L1) read into the connector's memory and are copied into LMCache's"
+            " buffers, so one that outlives the deadline fails then, with LMCache's untouched."
         ),
     }
     for name in sorted(params.CONNECTOR_OPTIONS):

@@ -78,3 +78,40 @@ def test_a_master_that_stops_answering_fails_batches_at_once_until_it_is_back(lo
             assert c[3] == [True]
     finally:
         conn.close()
+
+
+def test_a_load_from_a_frozen_storage_node_fails_at_its_deadline_and_never_writes_late(local):
+    conn = MooncakeConnector(**local.client_config(key_prefix=f"fs-{uuid.uuid4().hex[:8]}/"))
+    try:
+        value = os.urandom(1 << 20)
+        done, _ = drain_one(conn, conn.submit_batch_set(["a"], [memoryview(value)]), WAIT_S)
+        assert done[1], done
+        freeze(local.pids["storage"])
+        out = bytearray(1 << 20)
+        try:
+            load, took = drain_one(
+                conn, conn.submit_batch_get(["a"], [memoryview(out)]), DEADLINE + SLACK + 5
+            )
+            assert (load[1], load[3]) == (False, [False]) and "MCS_E_TIMEOUT" in load[2], load
+            assert took <= DEADLINE + SLACK, took
+        finally:
+            os.kill(local.pids["storage"], signal.SIGCONT)
+        # The read goes on in the connector's own memory: once Mooncake is done with it
+        # (nothing in flight), LMCache's buffer is still as it was.
+        deadline = time.monotonic() + 60
+        while conn.client.in_flight:
+            assert time.monotonic() < deadline, "the abandoned load never ended"
+            conn.drain_completions()
+            time.sleep(0.1)
+        assert out == bytearray(1 << 20)
+        deadline = time.monotonic() + PROBE_EVERY + DEADLINE + 30
+        while True:  # loads serve the value again, by themselves
+            again = bytearray(1 << 20)
+            c, _ = drain_one(conn, conn.submit_batch_get(["a"], [memoryview(again)]), WAIT_S + 5)
+            if c[1]:
+                break
+            assert time.monotonic() < deadline, f"loads still failing: {c}"
+            time.sleep(0.2)
+        assert bytes(again) == value
+    finally:
+        conn.close()

@@ -48,6 +48,7 @@ from ..status import (
     INVALID_PARAMS,
     MCS_E_CLOSED,
     MCS_E_INVALID_ARG,
+    MCS_E_TIMEOUT,
     OBJECT_NOT_FOUND,
     SHIM_BASE,
     is_retryable,
@@ -65,6 +66,16 @@ _OPS = {"store": "put", "load": "get", "lookup": "exists", "delete": "remove"}
 DrainedCompletion = tuple[int, bool, str, "list[bool] | None"]
 
 
+def _staging(sizes: Sequence[int]) -> list[memoryview]:
+    """One buffer of ``sum(sizes)`` bytes, as a writable view per key."""
+    view = memoryview(bytearray(sum(sizes)))
+    out, offset = [], 0
+    for size in sizes:
+        out.append(view[offset : offset + size])
+        offset += size
+    return out
+
+
 def _none(kind: str, keys: Sequence[str]) -> list[bool] | None:
     """Per-key bools of a batch that found nothing (stores have none)."""
     return None if kind == "store" else [False] * len(keys)
@@ -73,9 +84,24 @@ def _none(kind: str, keys: Sequence[str]) -> list[bool] | None:
 class _Batch:
     """What the connector must remember about a submitted batch to translate its completion:
     and, with a retry policy, what to submit again (``todo``: the indices of the keys in
-    flight; ``results``: every key's latest outcome)."""
+    flight; ``results``: every key's latest outcome).  A load read through staging memory
+    (failing open) keeps LMCache's buffers in ``targets`` and may be ``abandoned`` at its
+    ``deadline``."""
 
-    __slots__ = ("id", "kind", "keys", "sizes", "buffers", "todo", "results", "delays", "start")
+    __slots__ = (
+        "id",
+        "kind",
+        "keys",
+        "sizes",
+        "buffers",
+        "todo",
+        "results",
+        "delays",
+        "start",
+        "targets",
+        "deadline",
+        "abandoned",
+    )
 
     def __init__(
         self,
@@ -94,6 +120,9 @@ class _Batch:
         self.results: list[int] = [0] * len(keys)
         self.delays: Iterator[float] | None = None
         self.start = time.monotonic()
+        self.targets: list[Any] | None = None
+        self.deadline: float | None = None
+        self.abandoned = False
 
 
 class MooncakeConnector:
@@ -114,7 +143,10 @@ class MooncakeConnector:
       2 s (which also shortens Mooncake's master RPC wait), and a batch that fails slowly
       or finds the master gone opens a breaker: until a probe finds the master answering
       again, every batch completes at once as failed (lookups and loads find nothing), so
-      LMCache recomputes instead of waiting (:mod:`mooncake_cffi._core.breaker`);
+      LMCache recomputes instead of waiting (:mod:`mooncake_cffi._core.breaker`). Loads
+      (without a registered L1) read into the connector's own memory, copied into
+      LMCache's buffers when they succeed, so one that outlives the deadline fails then
+      while Mooncake finishes with that memory, never with LMCache's;
     - ``retry``: ``true`` or an object of :class:`mooncake_cffi.RetryPolicy` fields: the keys
       of a batch that fail with a retryable error (a full pool, a failed transfer or RPC, a
       replica not yet ready) are submitted again after the policy's backoff, and the batch
@@ -152,6 +184,9 @@ class MooncakeConnector:
         self._breaker: Breaker | None = None
         if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
             parsed.client_options["op_timeout"] = DEADLINE
+        self._armed_at: float | None = None  # when the load-deadline timer rings
+        #: Failing open, how long a load may take before it fails (it goes on in staging).
+        self._load_deadline: float | None = None
         if l1 is None and parsed.store.protocol == "rdma":
             raise ValueError(
                 "RDMA protocol is enabled, but no L1 memory descriptor was provided: LMCache "
@@ -160,6 +195,9 @@ class MooncakeConnector:
                 '"class_name": "MooncakeL2Adapter"'
             )
         self._client = Client(parsed.store, l1, **parsed.client_options)
+        if parsed.fail_open and not self._client.l1_registered:
+            # (With L1 registered, transfers must use it: loads stay zero-copy, unstaged.)
+            self._load_deadline = parsed.client_options["op_timeout"]
         if parsed.fail_open:
             client = self._client
             self._breaker = Breaker(lambda: int(client.exists(PROBE_KEY, timeout=DEADLINE + 1.0)))
@@ -223,10 +261,13 @@ class MooncakeConnector:
                     if info is None:
                         logger.error("completion for unknown Mooncake batch %d", completion.id)
                         continue
+                    if info.abandoned:
+                        continue  # answered at its deadline; its staging memory goes now
                     if not self._retry_later(info, completion):
                         done.append(self._translate(info, completion))
                 if len(batch) < 1024:
                     break
+            self._abandon_late(done)
             self._resubmit_due()
         return done
 
@@ -303,15 +344,63 @@ class MooncakeConnector:
                 breaker.refused += 1
                 name = status_name(breaker.code)
                 return self._post(False, f"{name}: the store is not answering", _none(kind, names))
+            targets = None
+            if kind == "load" and self._load_deadline is not None and bufs and sizes:
+                # Failing open, a load reads into memory of ours, copied into LMCache's
+                # buffers when it succeeds: one that outlives its deadline can then fail at
+                # once (LMCache recomputes and reuses its buffers) while Mooncake may still
+                # write, into memory the client keeps until Mooncake is done.
+                targets, bufs = bufs, _staging(sizes)
             try:
                 cid = self._client.submit(_OPS[kind], names, bufs, force=(kind == "delete"))
             except Exception as exc:
                 name = getattr(exc, "name", None) or type(exc).__name__
                 return self._post_failure(kind, len(names), name, str(exc))
             own = self._take_id()
-            keep = bufs if self._retry is not None else None  # LMCache keeps them alive
-            self._batches[cid] = _Batch(own, kind, names, sizes, keep)
+            # LMCache keeps its buffers alive; staging memory is kept for the copy.
+            keep = bufs if self._retry is not None or targets is not None else None
+            info = _Batch(own, kind, names, sizes, keep)
+            if targets is not None and self._load_deadline is not None:
+                info.targets = targets
+                info.deadline = info.start + self._load_deadline
+                self._arm(info.deadline)
+            self._batches[cid] = info
             return own
+
+    def _abandon_late(self, done: list[DrainedCompletion]) -> None:
+        """Fail the staged loads past their deadline (call with the lock held): LMCache
+        recomputes, the breaker opens, and their completions are dropped when they come."""
+        now = time.monotonic()
+        for info in self._batches.values():
+            if info.deadline is None or info.abandoned or now < info.deadline:
+                continue
+            info.abandoned = True
+            n = len(info.keys)
+            name = status_name(MCS_E_TIMEOUT)
+            detail = f"batch of {n} keys: not read within {self._load_deadline:g} s"
+            self._failures.report("load", name, detail)
+            done.append((info.id, False, f"{name}: {detail}", [False] * n))
+            if self._breaker is not None:
+                self._breaker.trip(MCS_E_TIMEOUT)
+        due = [i.deadline for i in self._batches.values() if i.deadline and not i.abandoned]
+        if due:
+            self._arm(min(due))
+
+    def _arm(self, when: float) -> None:
+        """Make event_fd() readable at ``when``, a load's deadline (call with the lock held):
+        one timer for the earliest, not one per load."""
+        if self._armed_at is not None and self._armed_at <= when:
+            return
+        self._armed_at = when
+        timer = threading.Timer(max(0.0, when - time.monotonic()), self._ring_armed)
+        timer.daemon = True
+        timer.start()
+
+    def _ring_armed(self) -> None:
+        with self._lock:
+            self._armed_at = None
+            if not self._closed:
+                os.eventfd_write(self._local_fd, 1)
 
     def _retry_later(self, info: _Batch, c: Completion) -> bool:
         """With a retry policy, whether the retryable keys of ``c`` go again (later); the
@@ -430,6 +519,10 @@ class MooncakeConnector:
     def _translate_load(self, info: _Batch, results: list[int]) -> DrainedCompletion:
         sizes = info.sizes or []
         hits = [r == s for r, s in zip(results, sizes)]
+        if info.targets is not None and info.buffers is not None:
+            for hit, target, staged in zip(hits, info.targets, info.buffers):
+                if hit:
+                    memoryview(target).cast("B")[:] = staged
         if all(hits):
             return info.id, True, "", hits
         mismatched = [
