@@ -1,7 +1,8 @@
-"""Helpers shared by the LMCache tier's tests: adapter specs and event-fd waits.
+"""Helpers shared by the LMCache tier's tests: adapter specs, event-fd waits, and what
+LMCache's own parser and memory objects make.
 
-Importable without lmcache (the CLI test runs LMCache's console script only); ``signalled``
-imports LMCache's ``consume_fd`` when first called.
+Importable without lmcache (the CLI test runs LMCache's console script only): the helpers
+that need it (``signalled``, ``parse``, ``key``, ``memory_obj``) import it when called.
 """
 
 from __future__ import annotations
@@ -59,3 +60,44 @@ def signalled(fd: int, timeout: float = WAIT_S) -> bool:
     except BlockingIOError:
         pass
     return True
+
+
+def parse(*specs: str) -> Any:
+    """LMCache's L2 adapters config for ``--l2-adapter`` ``specs``, parsed as its server does."""
+    import argparse
+
+    from lmcache.v1.distributed.l2_adapters.config import (
+        add_l2_adapters_args,
+        parse_args_to_l2_adapters_config,
+    )
+
+    parser = argparse.ArgumentParser()
+    add_l2_adapters_args(parser)
+    args: list[str] = []
+    for s in specs:
+        args += ["--l2-adapter", s]
+    return parse_args_to_l2_adapters_config(parser.parse_args(args))
+
+
+def key(i: int) -> Any:
+    """LMCache's ObjectKey number ``i`` (model ``org/model``, rank 0)."""
+    from lmcache.v1.distributed.api import ObjectKey
+
+    return ObjectKey(chunk_hash=ObjectKey.IntHash2Bytes(i), model_name="org/model", kv_rank=0)
+
+
+def memory_obj(arena: Any, offset: int, nbytes: int) -> Any:
+    """A memory object over ``nbytes`` of the uint8 tensor ``arena`` (as LMCache's L1
+    allocator hands out)."""
+    import torch
+    from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
+
+    meta = MemoryObjMetadata(
+        shape=torch.Size([nbytes]),
+        dtype=torch.uint8,
+        address=offset,
+        phy_size=nbytes,
+        fmt=MemoryFormat.KV_2LTD,
+        ref_count=1,
+    )
+    return TensorMemoryObj(arena[offset : offset + nbytes], meta, parent_allocator=None)

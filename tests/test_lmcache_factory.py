@@ -11,7 +11,6 @@ Needs lmcache (``scripts/install_lmcache.sh``); skipped without it.
 
 from __future__ import annotations
 
-import argparse
 import uuid
 import warnings
 from typing import Any
@@ -21,20 +20,11 @@ import pytest
 pytest.importorskip("lmcache")
 
 import torch  # noqa: E402
-from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey  # noqa: E402
+from lmcache.v1.distributed.api import MemoryLayoutDesc  # noqa: E402
 from lmcache.v1.distributed.internal_api import L1MemoryDesc  # noqa: E402
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter  # noqa: E402
 from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface  # noqa: E402
-from lmcache.v1.distributed.l2_adapters.config import (  # noqa: E402
-    add_l2_adapters_args,
-    parse_args_to_l2_adapters_config,
-)
-from lmcache.v1.memory_management import (  # noqa: E402
-    MemoryFormat,
-    MemoryObjMetadata,
-    TensorMemoryObj,
-)
-from lmcache_helpers import signalled, spec  # noqa: E402
+from lmcache_helpers import key, memory_obj, parse, signalled, spec  # noqa: E402
 
 import mooncake_cffi.lmcache as plugin  # noqa: E402
 from mooncake_cffi.lmcache import compat  # noqa: E402
@@ -46,32 +36,6 @@ UNREACHABLE = {
     "metadata_server": "http://127.0.0.1:1/metadata",
     "master_server_addr": "127.0.0.1:1",
 }
-
-
-def parse(*specs: str):
-    parser = argparse.ArgumentParser()
-    add_l2_adapters_args(parser)
-    args = []
-    for s in specs:
-        args += ["--l2-adapter", s]
-    return parse_args_to_l2_adapters_config(parser.parse_args(args))
-
-
-def key(i: int) -> ObjectKey:
-    return ObjectKey(chunk_hash=ObjectKey.IntHash2Bytes(i), model_name="org/model", kv_rank=0)
-
-
-def view_obj(arena: torch.Tensor, offset: int, nbytes: int) -> TensorMemoryObj:
-    """A memory object over ``nbytes`` of ``arena`` (as LMCache's L1 allocator hands out)."""
-    meta = MemoryObjMetadata(
-        shape=torch.Size([nbytes]),
-        dtype=torch.uint8,
-        address=offset,
-        phy_size=nbytes,
-        fmt=MemoryFormat.KV_2LTD,
-        ref_count=1,
-    )
-    return TensorMemoryObj(arena[offset : offset + nbytes], meta, parent_allocator=None)
 
 
 def round_trip(adapter: L2AdapterInterface, source: list[Any], target: list[Any]) -> list[bool]:
@@ -115,8 +79,8 @@ def test_lmcache_parses_and_creates_both_plugin_types(params, kind):
         out = torch.zeros(2 * 4096 * 4, dtype=torch.uint8)
         hits = round_trip(
             adapter,
-            [view_obj(arena, 0, 16384), view_obj(arena, 16384, 16384)],
-            [view_obj(out, 0, 16384), view_obj(out, 16384, 16384)],
+            [memory_obj(arena, 0, 16384), memory_obj(arena, 16384, 16384)],
+            [memory_obj(out, 0, 16384), memory_obj(out, 16384, 16384)],
         )
         assert hits == [True, True]
         assert torch.equal(out, arena)
@@ -153,8 +117,8 @@ def test_tcp_round_trip_with_l1_registered(params):
         arena[:65536] = torch.arange(65536, dtype=torch.int64).remainder(251).to(torch.uint8)
         hits = round_trip(
             adapter,
-            [view_obj(arena, i * 16384, 16384) for i in range(4)],
-            [view_obj(arena, 65536 + i * 16384, 16384) for i in range(4)],
+            [memory_obj(arena, i * 16384, 16384) for i in range(4)],
+            [memory_obj(arena, 65536 + i * 16384, 16384) for i in range(4)],
         )
         assert hits == [True] * 4
         assert torch.equal(arena[65536:131072], arena[:65536])

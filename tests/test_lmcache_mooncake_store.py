@@ -13,7 +13,6 @@ Needs lmcache (``scripts/install_lmcache.sh``); skipped without it.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import subprocess
@@ -29,19 +28,17 @@ import torch  # noqa: E402
 from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey  # noqa: E402
 from lmcache.v1.distributed.internal_api import L1MemoryDesc  # noqa: E402
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter  # noqa: E402
-from lmcache.v1.distributed.l2_adapters.config import (  # noqa: E402
-    add_l2_adapters_args,
-    parse_args_to_l2_adapters_config,
-)
 from lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter import (  # noqa: E402
     NativeConnectorL2Adapter,
 )
-from lmcache.v1.memory_management import (  # noqa: E402
-    MemoryFormat,
-    MemoryObjMetadata,
-    TensorMemoryObj,
+from lmcache_helpers import (  # noqa: E402
+    DOCUMENTED,
+    key,
+    memory_obj,
+    parse,
+    readable,
+    signalled,
 )
-from lmcache_helpers import DOCUMENTED, readable, signalled  # noqa: E402
 
 LAYOUT = {0: MemoryLayoutDesc(shapes=[], dtypes=[])}
 UNREACHABLE = {
@@ -49,28 +46,6 @@ UNREACHABLE = {
     "metadata_server": "http://127.0.0.1:1/metadata",
     "master_server_addr": "127.0.0.1:1",
 }
-
-
-def parse(text: str) -> Any:
-    parser = argparse.ArgumentParser()
-    add_l2_adapters_args(parser)
-    return parse_args_to_l2_adapters_config(parser.parse_args(["--l2-adapter", text]))
-
-
-def key(i: int) -> ObjectKey:
-    return ObjectKey(chunk_hash=ObjectKey.IntHash2Bytes(i), model_name="org/model", kv_rank=0)
-
-
-def obj(arena: torch.Tensor, offset: int, nbytes: int) -> TensorMemoryObj:
-    meta = MemoryObjMetadata(
-        shape=torch.Size([nbytes]),
-        dtype=torch.uint8,
-        address=offset,
-        phy_size=nbytes,
-        fmt=MemoryFormat.KV_2LTD,
-        ref_count=1,
-    )
-    return TensorMemoryObj(arena[offset : offset + nbytes], meta, parent_allocator=None)
 
 
 def store(adapter: Any, keys: list[ObjectKey], objs: list[Any]) -> bool:
@@ -140,7 +115,7 @@ def test_store_lookup_load_and_delete_through_the_documented_type(documented):
     try:
         arena = torch.arange(16384, dtype=torch.int32).view(torch.uint8)  # 64 KiB
         keys = [key(i) for i in range(4)]
-        assert store(adapter, keys, [obj(arena, i * 16384, 16384) for i in range(4)])
+        assert store(adapter, keys, [memory_obj(arena, i * 16384, 16384) for i in range(4)])
         missing = [key(100), key(101)]
         assert lookup(adapter, [keys[0], missing[0], keys[3], missing[1]]) == [
             True,
@@ -149,14 +124,15 @@ def test_store_lookup_load_and_delete_through_the_documented_type(documented):
             False,
         ]
         out = torch.zeros(65536, dtype=torch.uint8)
-        got = load(adapter, keys + missing[:1], [obj(out, i * 16384, 16384) for i in range(4)]
-                   + [obj(torch.zeros(16384, dtype=torch.uint8), 0, 16384)])  # fmt: skip
+        targets = [memory_obj(out, i * 16384, 16384) for i in range(4)]
+        targets.append(memory_obj(torch.zeros(16384, dtype=torch.uint8), 0, 16384))
+        got = load(adapter, keys + missing[:1], targets)
         assert got == [True, True, True, True, False]
         assert torch.equal(out, arena)
         # A load whose buffer differs in size from the value is no hit.
-        assert load(adapter, keys[:1], [obj(torch.zeros(8192, dtype=torch.uint8), 0, 8192)]) == [
-            False
-        ]
+        assert load(
+            adapter, keys[:1], [memory_obj(torch.zeros(8192, dtype=torch.uint8), 0, 8192)]
+        ) == [False]
         adapter.delete(keys[:2])
         assert lookup(adapter, keys) == [False, False, True, True]
     finally:
