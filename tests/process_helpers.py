@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def wait_until(what: str, check: Callable[[], object], timeout: float = 30.0) -> None:
@@ -51,3 +52,27 @@ def freeze(pid: int) -> None:
             return
         time.sleep(0.002)
     raise AssertionError(f"storage node {pid} did not stop within 10 s: {thread_states(pid)}")
+
+
+class StoreAway:
+    """A process of a local cluster taken away for a ``with`` block: ``fault`` is ``"<role>
+    killed"`` (killed, then restarted) or ``"<role> frozen"`` (SIGSTOP, then SIGCONT)."""
+
+    def __init__(self, local: Any, fault: str) -> None:
+        self.local, self.fault = local, fault
+        self.role = fault.split()[0]
+        pid = local.pids[self.role]
+        assert pid is not None, f"no {self.role} process"
+        self.pid: int = pid
+
+    def __enter__(self) -> None:
+        if self.fault.endswith("killed"):
+            self.local.kill(self.role)
+        else:
+            freeze(self.pid)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fault.endswith("killed"):
+            self.local.restart(self.role)
+        else:
+            os.kill(self.pid, signal.SIGCONT)

@@ -24,8 +24,6 @@ Needs the engine venv (scripts/install_engine.sh); skipped without vLLM or LMCac
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,7 +44,7 @@ from engine_helpers import (  # noqa: E402
     wait_for,
 )
 from lmcache_helpers import spec  # noqa: E402
-from process_helpers import freeze  # noqa: E402
+from process_helpers import StoreAway  # noqa: E402
 
 from mooncake_cffi.cluster import LocalCluster  # noqa: E402
 
@@ -165,25 +163,6 @@ def test_chunks_come_back_from_mooncake_after_clear(
     _last_stored["seed"] = seed
 
 
-class _Away:
-    def __init__(self, local: LocalCluster, fault: str) -> None:
-        self.local, self.fault = local, fault
-        self.role = fault.split()[0]
-        self.pid = local.pids[self.role]
-
-    def __enter__(self) -> None:
-        if self.fault.endswith("killed"):
-            self.local.kill(self.role)
-        else:
-            freeze(self.pid)  # type: ignore[arg-type]
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fault.endswith("killed"):
-            self.local.restart(self.role)
-        else:
-            os.kill(self.pid, signal.SIGCONT)  # type: ignore[arg-type]
-
-
 # A prompt stored on a frozen storage node, L1 empty: the tier's load fails at its 2 s
 # deadline (it goes on in the connector's own memory) and the request recomputes; before
 # the loads were staged it waited Mooncake's 30 s TCP wait.
@@ -200,7 +179,7 @@ def test_store_taken_away(
     leave the next test without a stored prompt)."""
     away = []
     server.clear()
-    with _Away(local, fault):
+    with StoreAway(local, fault):
         for which in REQUESTS_AWAY:
             seed = _last_stored["seed"] if which == "stored" else next(_seeds)
             away.append((seed, engine.generate(prompt(seed), timeout=REQUEST_CAP_S)))

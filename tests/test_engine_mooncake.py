@@ -24,8 +24,6 @@ printed and appended to ``$MOONCAKE_CFFI_ENGINE_RECORD`` when set (engine_helper
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,7 +45,7 @@ from engine_helpers import (  # noqa: E402
     record,
     wait_for,
 )
-from process_helpers import freeze  # noqa: E402
+from process_helpers import StoreAway  # noqa: E402
 
 from mooncake_cffi.cluster import LocalCluster  # noqa: E402
 
@@ -185,34 +183,12 @@ def test_mooncakes_class_loads_them_in_a_new_process(
     )
 
 
-class _Away:
-    """Takes the store away (``fault``) and gives it back."""
-
-    def __init__(self, local: LocalCluster, fault: str) -> None:
-        self.local, self.fault = local, fault
-        self.role = fault.split()[0]
-        self.pid = local.pids[self.role]
-        assert self.pid is not None
-
-    def __enter__(self) -> None:
-        if self.fault.endswith("killed"):
-            self.local.kill(self.role)
-        else:
-            freeze(self.pid)  # type: ignore[arg-type]
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fault.endswith("killed"):
-            self.local.restart(self.role)
-        else:
-            os.kill(self.pid, signal.SIGCONT)  # type: ignore[arg-type]
-
-
 def _take_away(engine: Engine, impl: str, local: LocalCluster, ref: Reference, fault: str) -> None:
     """The requests made with the store away, then reuse awaited once it is back; the
     checks come after both, so a failed request does not leave the next test without a
     stored prompt."""
     away = []
-    with _Away(local, fault):
+    with StoreAway(local, fault):
         for which in REQUESTS_AWAY[impl]:
             seed = _last_stored["seed"] if which == "stored" else next(_seeds)
             away.append((which, seed, engine.generate(prompt(seed), timeout=REQUEST_CAP_S)))
@@ -256,12 +232,14 @@ def _take_away(engine: Engine, impl: str, local: LocalCluster, ref: Reference, f
 
 
 #: A prompt stored on a frozen storage node: the master says its keys exist, the read
-#: stalls, fails after about 60 s (Mooncake's class: TRANSFER_FAIL; the drop-in:
-#: OBJECT_NOT_FOUND), and vLLM, whose default kv_load_failure_policy is "fail", fails the
+#: stalls and fails (Mooncake's class: TRANSFER_FAIL after about 60 s; the drop-in: at its
+#: 2 s deadline), and vLLM, whose default kv_load_failure_policy is "fail", fails the
 #: request (no tokens): "Failing 1 request(s) due to KV load failure (failure_policy=fail,
-#: 288 tokens affected)".  Strict: the mark goes when the drop-in makes the request complete.
+#: 288 tokens affected)".  Strict: the mark goes when the drop-in makes the request complete
+#: with no setting (e.g. a lookup that does not promise blocks of a stalled node).
 LOAD_FROM_FROZEN_NODE = pytest.mark.xfail(
-    strict=True, reason="a load from a frozen storage node fails the request after ~60 s"
+    strict=True,
+    reason="a load from a frozen storage node fails the request (vLLM's policy 'fail')",
 )
 FAULT_CASES = [
     pytest.param(f, marks=LOAD_FROM_FROZEN_NODE) if f == "storage frozen" else f for f in FAULTS
