@@ -66,14 +66,39 @@ _OPS = {"store": "put", "load": "get", "lookup": "exists", "delete": "remove"}
 DrainedCompletion = tuple[int, bool, str, "list[bool] | None"]
 
 
-def _staging(sizes: Sequence[int]) -> list[memoryview]:
-    """One buffer of ``sum(sizes)`` bytes, as a writable view per key."""
-    view = memoryview(bytearray(sum(sizes)))
-    out, offset = [], 0
-    for size in sizes:
-        out.append(view[offset : offset + size])
-        offset += size
-    return out
+class _StagingPool:
+    """Buffers for staged loads, kept for the next load of the same total size: a fresh one
+    costs zeroing and a page fault per page, about as much as the copy itself.  At most
+    :attr:`KEEP_BYTES` are kept (call with the connector's lock held)."""
+
+    KEEP_BYTES = 256 << 20
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[bytearray]] = {}
+        self._kept = 0
+
+    def views(self, sizes: Sequence[int]) -> tuple[bytearray, list[memoryview]]:
+        """A buffer of ``sum(sizes)`` bytes and a writable view of it per key."""
+        total = sum(sizes)
+        free = self._free.get(total)
+        if free:
+            buf = free.pop()
+            self._kept -= total
+        else:
+            buf = bytearray(total)
+        view = memoryview(buf)
+        out, offset = [], 0
+        for size in sizes:
+            out.append(view[offset : offset + size])
+            offset += size
+        return buf, out
+
+    def give_back(self, buf: bytearray | None) -> None:
+        """``buf`` once Mooncake is done with it (its batch's completion was drained)."""
+        if buf is None or self._kept + len(buf) > self.KEEP_BYTES:
+            return
+        self._free.setdefault(len(buf), []).append(buf)
+        self._kept += len(buf)
 
 
 def _none(kind: str, keys: Sequence[str]) -> list[bool] | None:
@@ -101,6 +126,7 @@ class _Batch:
         "targets",
         "deadline",
         "abandoned",
+        "staging",
     )
 
     def __init__(
@@ -123,6 +149,7 @@ class _Batch:
         self.targets: list[Any] | None = None
         self.deadline: float | None = None
         self.abandoned = False
+        self.staging: bytearray | None = None
 
 
 class MooncakeConnector:
@@ -185,6 +212,7 @@ class MooncakeConnector:
         if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
             parsed.client_options["op_timeout"] = DEADLINE
         self._armed_at: float | None = None  # when the load-deadline timer rings
+        self._staging = _StagingPool()
         #: Failing open, how long a load may take before it fails (it goes on in staging).
         self._load_deadline: float | None = None
         if l1 is None and parsed.store.protocol == "rdma":
@@ -261,8 +289,9 @@ class MooncakeConnector:
                     if info is None:
                         logger.error("completion for unknown Mooncake batch %d", completion.id)
                         continue
-                    if info.abandoned:
-                        continue  # answered at its deadline; its staging memory goes now
+                    if info.abandoned:  # answered at its deadline; Mooncake is done now
+                        self._staging.give_back(info.staging)
+                        continue
                     if not self._retry_later(info, completion):
                         done.append(self._translate(info, completion))
                 if len(batch) < 1024:
@@ -350,7 +379,8 @@ class MooncakeConnector:
                 # buffers when it succeeds: one that outlives its deadline can then fail at
                 # once (LMCache recomputes and reuses its buffers) while Mooncake may still
                 # write, into memory the client keeps until Mooncake is done.
-                targets, bufs = bufs, _staging(sizes)
+                staging, staged = self._staging.views(sizes)
+                targets, bufs = bufs, list(staged)
             try:
                 cid = self._client.submit(_OPS[kind], names, bufs, force=(kind == "delete"))
             except Exception as exc:
@@ -362,6 +392,7 @@ class MooncakeConnector:
             info = _Batch(own, kind, names, sizes, keep)
             if targets is not None and self._load_deadline is not None:
                 info.targets = targets
+                info.staging = staging
                 info.deadline = info.start + self._load_deadline
                 self._arm(info.deadline)
             self._batches[cid] = info
@@ -523,6 +554,8 @@ class MooncakeConnector:
             for hit, target, staged in zip(hits, info.targets, info.buffers):
                 if hit:
                     memoryview(target).cast("B")[:] = staged
+            self._staging.give_back(info.staging)
+            info.staging = None
         if all(hits):
             return info.id, True, "", hits
         mismatched = [
