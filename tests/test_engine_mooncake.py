@@ -232,21 +232,21 @@ def _take_away(engine: Engine, impl: str, local: LocalCluster, ref: Reference, f
 
 
 #: A prompt stored on a frozen storage node: the master says its keys exist, the read
-#: stalls and fails (Mooncake's class: TRANSFER_FAIL after about 60 s; the drop-in: at its
-#: 2 s deadline), and vLLM, whose default kv_load_failure_policy is "fail", fails the
-#: request (no tokens): "Failing 1 request(s) due to KV load failure (failure_policy=fail,
-#: 288 tokens affected)".  Strict: the mark goes when the drop-in makes the request complete
-#: with no setting (e.g. a lookup that does not promise blocks of a stalled node).
+#: stalls and fails (Mooncake's class: TRANSFER_FAIL after about 60 s), and vLLM, whose
+#: default kv_load_failure_policy is "fail", fails the request (no tokens): "Failing 1
+#: request(s) due to KV load failure (failure_policy=fail, 288 tokens affected)".  The
+#: drop-in's lookup does not promise blocks of a node that does not answer
+#: (mooncake_cffi.store.live_hits), so under it the request is recomputed.
 LOAD_FROM_FROZEN_NODE = pytest.mark.xfail(
     strict=True,
     reason="a load from a frozen storage node fails the request (vLLM's policy 'fail')",
 )
-FAULT_CASES = [
+THEIR_FAULTS = [
     pytest.param(f, marks=LOAD_FROM_FROZEN_NODE) if f == "storage frozen" else f for f in FAULTS
 ]
 
 
-@pytest.mark.parametrize("fault", FAULT_CASES)
+@pytest.mark.parametrize("fault", THEIR_FAULTS)
 def test_store_taken_away_from_mooncakes_class(
     slot: Slot, local: LocalCluster, engine_reference: Reference, fault: str
 ) -> None:
@@ -277,7 +277,7 @@ def test_drop_in_loads_mooncakes_class_kv_in_a_new_process(
     )
 
 
-@pytest.mark.parametrize("fault", FAULT_CASES)
+@pytest.mark.parametrize("fault", FAULTS)
 def test_store_taken_away_from_the_drop_in(
     slot: Slot, local: LocalCluster, engine_reference: Reference, fault: str
 ) -> None:

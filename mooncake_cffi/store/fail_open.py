@@ -37,7 +37,8 @@ from typing import Any
 
 from .._capi.binding import ffi
 from .._core.breaker import DEADLINE, DOWN, PROBE_EVERY, PROBE_KEY, TRIP_AFTER, Breaker, failed
-from ..status import OBJECT_NOT_FOUND, OP_EXISTS, OP_GET
+from ..status import OBJECT_NOT_FOUND, OP_EXISTS, OP_GET, TRANSFER_FAIL
+from .live_hits import LiveHits
 
 _NULL = ffi.NULL
 _monotonic = time.monotonic
@@ -55,6 +56,7 @@ class FailOpen:
         self._one = calls.one
         self._keys = calls.keys
         self.breaker = Breaker(lambda: int(calls.one(OP_EXISTS, PROBE_KEY)))
+        self.live = LiveHits(calls, self._node_silent)
         self.staged = calls.staged
         self.copies = calls.copies
 
@@ -63,8 +65,14 @@ class FailOpen:
         return getattr(self.calls, name)
 
     def close(self) -> None:
+        self.live.close()
         self.breaker.stop()
         self.calls.close()
+
+    def _node_silent(self, key: Any) -> None:
+        """A storage node holding ``key`` did not answer a lookup's check in time: as a
+        read from it would have, this opens the breaker until the key reads again."""
+        self.breaker.trip(TRANSFER_FAIL, self._read_probe(key))
 
     def _read_probe(self, key: Any) -> Callable[[], int]:
         """A probe that reads ``key`` again: it answers once the value can be read, or the
@@ -105,6 +113,8 @@ class FailOpen:
         result = self._one(op, key, flags, buf, size)
         if result < 0 and result != OBJECT_NOT_FOUND:
             breaker.observe(started, result, self._read_probe(key) if op == OP_GET else None)
+        elif op == OP_EXISTS and result == 1 and not self.live.trusted():
+            return self.live.confirm_one(key)
         return result
 
     def get(self, key: Any) -> Any:
@@ -136,6 +146,8 @@ class FailOpen:
         results = self._keys(op, keys, flags)
         if results and min(results) < 0:
             breaker.observe(started, results)
+        elif op == OP_EXISTS and not self.live.trusted():
+            return self.live.confirm(keys, results)
         return results
 
     def addresses(self, op: int, keys: list[Any], addrs: Any, sizes: Any, config: Any) -> Any:
