@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from process_helpers import freeze
 
+from mooncake_cffi.status import OP_EXISTS
 from mooncake_cffi.store import MooncakeDistributedStore
 from mooncake_cffi.store.calls import StoreCalls
 from mooncake_cffi.store.fail_open import DEADLINE, PROBE_EVERY, FailOpen
+from mooncake_cffi.store.live_hits import ANSWER_WITHIN, TRUSTED_FOR
 
 #: Scheduling slack on a loaded 2-core machine, beyond Mooncake's shortened wait.
 SLACK = 3.0
@@ -131,3 +133,37 @@ def test_a_failed_setup_says_why_where_the_stacks_user_sees_it(caplog):
         )
     assert rc == -1
     assert "127.0.0.1:1" in caplog.text and "setup failed" in caplog.text, caplog.text
+
+
+def test_a_lookup_does_not_promise_the_keys_of_a_frozen_storage_node(local, store):
+    """The master keeps a frozen node's keys in its books (its own answer stays 1, as
+    Mooncake's class answers); a lookup under fail-open answers them 0 within
+    ANSWER_WITHIN, so a stack recomputes instead of starting a load that would fail, and
+    the keys are promised again once the node answers."""
+    keys = [f"promised-{i}-{uuid.uuid4().hex[:8]}" for i in range(16)]
+    for k in keys:
+        assert store.put(k, os.urandom(32 << 10)) == 0
+    missing = f"never-{uuid.uuid4().hex[:8]}"
+    assert store.batch_is_exist([*keys, missing]) == [1] * 16 + [0]
+    assert store._x.live.checks >= 1
+    unchecked = store._x.calls  # the drop-in's calls without the breaker and the check
+    try:
+        freeze(local.pids["storage"])
+        # a lookup within TRUSTED_FOR of a check, right behind another, is trusted by
+        # design (a tight loop pays one check per interval): this one comes after a pause
+        time.sleep(TRUSTED_FOR)
+        assert unchecked.keys(OP_EXISTS, keys) == [1] * 16  # the master's books
+        answer, took = timed(lambda: store.batch_is_exist([*keys, missing]))
+        assert answer == [0] * 17, answer
+        assert took <= ANSWER_WITHIN + SLACK, took
+        assert store._x.live.withheld >= 16
+        # the breaker is open: the next lookups answer at once, none of them 1
+        for _ in range(10):
+            (one, batch), took = timed(
+                lambda: (store.is_exist(keys[0]), store.batch_is_exist(keys))
+            )
+            assert took < 0.5 and one != 1 and 1 not in batch, (one, batch, took)
+    finally:
+        os.kill(local.pids["storage"], signal.SIGCONT)
+    wait_until("the keys promised again", lambda: store.batch_is_exist(keys) == [1] * 16, RECOVERY)
+    assert store.is_exist(keys[-1]) == 1

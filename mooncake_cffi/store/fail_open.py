@@ -46,6 +46,18 @@ _monotonic = time.monotonic
 __all__ = ["DEADLINE", "PROBE_EVERY", "TRIP_AFTER", "FailOpen"]
 
 
+def _read_probe(calls: Any, key: Any) -> Callable[[], int]:
+    """A probe that reads ``key`` again: it answers once the value can be read, or the
+    master says the key is gone (a node frozen past the masters' TTL loses its keys)."""
+
+    def probe() -> int:
+        if calls.get(key) != b"" or calls.one(OP_EXISTS, key) == 0:
+            return 0
+        return DOWN
+
+    return probe
+
+
 class FailOpen:
     """The drop-in's calls (``calls``, a :class:`~.calls.StoreCalls`) behind a
     :class:`Breaker`: each data call is answered at once while the breaker is open, and
@@ -55,8 +67,15 @@ class FailOpen:
         self.calls = calls
         self._one = calls.one
         self._keys = calls.keys
-        self.breaker = Breaker(lambda: int(calls.one(OP_EXISTS, PROBE_KEY)))
-        self.live = LiveHits(calls, self._node_silent)
+        breaker = self.breaker = Breaker(lambda: int(calls.one(OP_EXISTS, PROBE_KEY)))
+
+        def node_silent(key: Any) -> None:
+            # A storage node holding ``key`` did not answer a lookup's check in time: as a
+            # read from it would have, this opens the breaker until the key reads again.
+            # (No reference to self: a store dropped without close() must go at once.)
+            breaker.trip(TRANSFER_FAIL, _read_probe(calls, key))
+
+        self.live = LiveHits(calls, node_silent)
         self.staged = calls.staged
         self.copies = calls.copies
 
@@ -69,22 +88,8 @@ class FailOpen:
         self.breaker.stop()
         self.calls.close()
 
-    def _node_silent(self, key: Any) -> None:
-        """A storage node holding ``key`` did not answer a lookup's check in time: as a
-        read from it would have, this opens the breaker until the key reads again."""
-        self.breaker.trip(TRANSFER_FAIL, self._read_probe(key))
-
     def _read_probe(self, key: Any) -> Callable[[], int]:
-        """A probe that reads ``key`` again: it answers once the value can be read, or the
-        master says the key is gone (a node frozen past the masters' TTL loses its keys)."""
-        calls = self.calls
-
-        def probe() -> int:
-            if calls.get(key) != b"" or calls.one(OP_EXISTS, key) == 0:
-                return 0
-            return DOWN
-
-        return probe
+        return _read_probe(self.calls, key)
 
     def _run(self, call: Callable[..., Any], down: Any, *args: Any) -> Any:
         breaker = self.breaker

@@ -15,9 +15,10 @@ the nodes holding it answer, within :data:`ANSWER_WITHIN`:
   replica on a node that did not (a transfer that failed, or no answer in time) is
   answered 0, and a node that did not answer in time opens the breaker
   (:mod:`.fail_open`), as a read from it would have;
-- a node that answered is trusted for :data:`TRUSTED_FOR` seconds: a lookup whose nodes
-  all answered within that time asks nothing more, so frequent lookups cost one check per
-  that interval, not one each.
+- a lookup that comes right behind another one (within :data:`BURST_GAP`), while every
+  node lately among the hits answered within :data:`TRUSTED_FOR`, asks nothing more: a
+  caller looking up in a tight loop pays one check per that interval, not one per call,
+  while a lookup after a pause (a new request to an engine) is always checked.
 
 The check runs on a small pool of threads of its own: a node that does not answer holds a
 thread of it until Mooncake's own transfer wait ends, never the caller. Misses, and
@@ -40,14 +41,16 @@ from typing import Any
 from ..status import INVALID_PARAMS, MCS_E_UNSUPPORTED
 from .repair import key_bytes
 
-__all__ = ["ANSWER_WITHIN", "TRUSTED_FOR", "LiveHits"]
+__all__ = ["ANSWER_WITHIN", "BURST_GAP", "TRUSTED_FOR", "LiveHits"]
 
 log = logging.getLogger("mooncake_cffi.store")
 
 #: The longest a lookup waits for the nodes holding its hits to answer (seconds).
 ANSWER_WITHIN = 0.5
-#: How long a node that answered is trusted without asking again (seconds).
+#: How long a node that answered is trusted without asking again (seconds), by lookups
+#: that follow one another within BURST_GAP seconds.
 TRUSTED_FOR = 0.05
+BURST_GAP = 0.005
 #: Nodes one check reads from at most (one byte each of a registered page).
 _PAGE = mmap.PAGESIZE
 #: A node not among any lookup's hits for this long (seconds) no longer counts for the
@@ -96,21 +99,25 @@ class LiveHits:
         #: node -> when it last answered, and when a lookup's hits were last on it.
         self._answered: dict[str, float] = {}
         self._seen: dict[str, float] = {}
-        #: Until when every node seen so far is trusted (monotonic).
+        #: Until when every node seen so far is trusted (monotonic), and the last lookup.
         self._trusted_until = 0.0
+        self._last_lookup = 0.0
         #: Hits answered 0 because a node holding them did not answer, and checks made.
         self.withheld = 0
         self.checks = 0
 
     def trusted(self) -> bool:
-        """Whether every node seen so far answered within :data:`TRUSTED_FOR`."""
-        return _monotonic() < self._trusted_until
+        """Whether a lookup now needs no check: every node lately among the hits answered
+        within :data:`TRUSTED_FOR`, and the last lookup was within :data:`BURST_GAP`."""
+        now = _monotonic()
+        previous, self._last_lookup = self._last_lookup, now
+        return now < self._trusted_until and now - previous < BURST_GAP
 
     def confirm(self, keys: Sequence[Any], results: list[int]) -> list[int]:
         """``results`` (the master's answers for ``keys``) with each 1 whose nodes did not
-        answer turned into 0."""
+        answer turned into 0 (the caller asked :meth:`trusted` first)."""
         hits = [i for i, r in enumerate(results) if r == 1]
-        if not hits or not self.enabled or self.trusted():
+        if not hits or not self.enabled:
             return results
         packed = [key_bytes(keys[i]) for i in hits]
         verdict = self._run(packed, keys[hits[0]])
@@ -125,7 +132,7 @@ class LiveHits:
 
     def confirm_one(self, key: Any) -> int:
         """The answer 1 for ``key``, confirmed: 1, or 0 when its nodes did not answer."""
-        if not self.enabled or self.trusted():
+        if not self.enabled:
             return 1
         verdict = self._run([key_bytes(key)], key)
         if verdict is None or verdict[0]:
