@@ -19,6 +19,9 @@ frozen master or storage node are 30 s per call. So, unless the setup says
   it. While it is open every data call answers at once with the code of the failure that
   opened it (RPC_FAIL, -900, for a master that is gone; ``b""`` and None for values), so
   the stack recomputes;
+- an existence answer of 1 is checked against the storage nodes holding the key
+  (:mod:`.live_hits`): a node that does not answer has its keys answered 0 and opens the
+  breaker, so a stack is not promised blocks whose load would fail;
 - a thread of the breaker asks the master every :data:`PROBE_EVERY` seconds (an existence
   check of one key, on its own) and closes the breaker as soon as an answer comes back
   within :data:`TRIP_AFTER`: reuse resumes by itself, with no restart of the stack.
