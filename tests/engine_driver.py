@@ -3,10 +3,11 @@
 Run by ``tests/engine_helpers.py`` (and ``bench/engine.py``) as::
 
     python engine_driver.py --model DIR --connector none|mooncake|lmcache \
-        [--lmcache-port P] --result-fd FD
+        [--lmcache-port P] [--prefix-cache] --result-fd FD
 
 It builds one ``vllm.LLM`` (vLLM's own prefix cache off, so a cached token can only come
-from the connector), writes ``{"ready": seconds}`` to the result fd, then answers one JSON
+from the connector; ``--prefix-cache`` turns it on, for a hit that involves no store),
+writes ``{"ready": seconds}`` to the result fd, then answers one JSON
 request per line of stdin with one JSON line on the result fd:
 
 * ``{"op": "generate", "prompt": [ids...], "max_tokens": N}`` ->
@@ -79,6 +80,7 @@ def main() -> int:
     parser.add_argument("--lmcache-port", type=int, default=0)
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument("--prefix-cache", action="store_true")
     args = parser.parse_args()
     results = os.fdopen(args.result_fd, "w", buffering=1)
 
@@ -95,7 +97,7 @@ def main() -> int:
         enforce_eager=True,
         max_model_len=args.max_model_len,
         block_size=32,
-        enable_prefix_caching=False,
+        enable_prefix_caching=args.prefix_cache,
         disable_log_stats=False,  # the per-request metrics carry the first-token latency
         kv_transfer_config=_connector(args),
     )

@@ -192,11 +192,12 @@ class Engine:
         python: str = sys.executable,
         start_timeout: float = ENGINE_START_S,
         max_model_len: int = 1024,
+        prefix_cache: bool = False,
     ) -> None:
         self.log = log
         read_fd, write_fd = os.pipe()
         argv = [python, str(DRIVER), "--model", str(model), "--connector", connector]
-        argv += ["--max-model-len", str(max_model_len)]
+        argv += ["--max-model-len", str(max_model_len)] + ["--prefix-cache"] * prefix_cache
         argv += ["--lmcache-port", str(lmcache_port), "--result-fd", str(write_fd)]
         full_env = {**os.environ, **ENGINE_ENV, **(env or {})}
         with open(log, "ab") as out:
