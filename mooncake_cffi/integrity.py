@@ -1,8 +1,9 @@
 """Verified values: the ``integrity`` config key and the counters behind it.
 
 With ``"integrity": "crc32c"`` in a client's config, the shim stores every value with a
-16-byte trailer after its bytes (magic ``MCI1``, the CRC32C of the value, a nonce unique to
-the write) and checks it on every read; a value that does not verify is read again for
+16-byte trailer after its bytes (magic ``MCI2``, the CRC32C of the key then the value, a
+nonce unique to the write; version-1 trailers, ``MCI1`` with the value's CRC alone, still
+verify) and checks it on every read; a value that does not verify is read again for
 about 15 ms, then its read raises :class:`~mooncake_cffi.errors.IntegrityError`.  Sizes seen
 through this package are the values' own.  See ``docs/guide/integrity.md``.
 """

@@ -551,9 +551,12 @@ MCS_API int mcs_replica_choice_stats(struct mcs_replica_choice_stats *out);
  * "crc32c" or "none" (also "" or absent: the default), anything else refused
  * with MCS_E_INVALID_ARG.  With "crc32c" every PUT / UPSERT stores a 16-byte
  * trailer right after the value's bytes, little-endian {uint32 magic
- * 0x3149434D ("MCI1"), uint32 CRC32C of the value, uint64 nonce unique to
- * the write}, as one more part of a multi-part write (the value is not
- * copied; UPSERT needs a wheel with batch_upsert_from_multi_buffers, else
+ * 0x3249434D ("MCI2"), uint32 CRC32C of the key's bytes followed by the
+ * value's (a value landed under another key does not verify), uint64 nonce
+ * unique to the write; values with a version-1 trailer, magic 0x3149434D
+ * ("MCI1") and the CRC32C of the value alone, still verify}, as one more
+ * part of a multi-part write (the value is not copied; UPSERT needs a wheel
+ * with batch_upsert_from_multi_buffers, else
  * MCS_E_UNSUPPORTED), and every GET, GET_BUFFER and SIZE checks it: results
  * and sizes are the value's own (without the trailer).  SIZE reads the 16
  * bytes at the value's end and checks their magic (not the CRC: that needs

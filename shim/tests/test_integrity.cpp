@@ -2,6 +2,7 @@
 // in-memory store of harness.hpp: trailers written, sizes seen without them,
 // every read path verified, values without a trailer or damaged refused with
 // MCS_E_CORRUPT after re-reads.  Built with -Dshim_tests=true.
+#include "../src/engine/crc32c.hpp"
 #include "../src/engine/integrity.hpp"
 #include "harness.hpp"
 
@@ -132,7 +133,12 @@ void test_a_write_stores_the_value_then_its_trailer() {
     mcs::Trailer t;
     std::memcpy(&t, stored.data() + v.size(), sizeof t);
     CHECK(t.magic == mcs::kTrailerMagic);
-    CHECK(mcs::trailer_verifies(t, v.data(), v.size()));
+    CHECK(mcs::trailer_verifies(t, "k", v.data(), v.size()));
+    // bound to its key: the same bytes and trailer under another key do not verify
+    CHECK(!mcs::trailer_verifies(t, "k2", v.data(), v.size()));
+    // a version-1 trailer (the value's CRC alone) still verifies, under any key
+    mcs::Trailer v1{mcs::kTrailerMagicV1, mcs::crc32c(0, v.data(), v.size()), 7};
+    CHECK(mcs::trailer_verifies(v1, "any", v.data(), v.size()));
     std::string stored2 = f.put("k2", v);
     mcs::Trailer t2;
     std::memcpy(&t2, stored2.data() + v.size(), sizeof t2);

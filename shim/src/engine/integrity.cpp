@@ -16,8 +16,13 @@
 
 namespace mcs {
 
-bool trailer_verifies(const Trailer &t, const void *value, size_t n) {
-    return t.magic == kTrailerMagic && t.crc == crc32c(0, value, n);
+uint32_t key_seed(const std::string &key) {
+    return crc32c(0, key.data(), key.size());
+}
+
+bool trailer_verifies(const Trailer &t, const std::string &key, const void *value, size_t n) {
+    if (t.magic == kTrailerMagic) return t.crc == crc32c(key_seed(key), value, n);
+    return t.magic == kTrailerMagicV1 && t.crc == crc32c(0, value, n);
 }
 
 namespace {
@@ -162,7 +167,7 @@ public:
         if (out.sizes.size() != keys.size() || out.values.size() != keys.size()) return out;
         auto holds = std::make_shared<std::vector<std::shared_ptr<void>>>();
         holds->push_back(out.hold);
-        std::vector<size_t> bad = check_held(out);
+        std::vector<size_t> bad = check_held(keys, out);
         for (int pause : kRetryPauseMs) {
             if (bad.empty()) break;
             n_->retried += bad.size();
@@ -170,7 +175,7 @@ public:
             HeldValues again = inner_->get_buffers(pick(keys, bad));
             if (again.sizes.size() != bad.size() || again.values.size() != bad.size()) break;
             holds->push_back(again.hold);
-            std::vector<size_t> still = check_held(again);
+            std::vector<size_t> still = check_held(pick(keys, bad), again);
             std::vector<char> failed(bad.size(), 0);
             for (size_t s : still) failed[s] = 1;
             std::vector<size_t> next;
@@ -205,7 +210,7 @@ public:
                 std::vector<Trailer> t(1);
                 v = read_tails(StrVec{key}, {at}, t).at(0);
                 if (v == int64_t(kTrailerSize))
-                    v = t[0].magic == kTrailerMagic ? int64_t(at) : kBad;
+                    v = trailer_magic(t[0].magic) ? int64_t(at) : kBad;
                 else if (v == -600 || v >= 0)
                     v = kBad;  // the value changed size meanwhile: sized again
             }
@@ -320,7 +325,7 @@ private:
         b2.reserve(bufs.size() + n);
         s2.reserve(bufs.size() + n);
         for (size_t i = 0; i < n; i++) {
-            uint32_t crc = 0;
+            uint32_t crc = key_seed(keys[i]);
             for (size_t j = first[i]; j < first[i + 1]; j++) {
                 crc = crc32c(crc, bufs[j], sizes[j]);
                 b2.push_back(bufs[j]);
@@ -438,10 +443,22 @@ private:
         }
     }
 
-    int64_t verdict(const Trailer &t, uint32_t crc, int64_t value_size) {
-        if (t.magic != kTrailerMagic || t.crc != crc) return kBad;
+    // The value's size if trailer `t` verifies, else kBad: `crc` is the CRC32C
+    // of the key then the value (version 2), `value_crc()` that of the value
+    // alone, asked only of a version-1 trailer.
+    template <class ValueCrc>
+    int64_t verdict(const Trailer &t, uint32_t crc, ValueCrc value_crc, int64_t value_size) {
+        const bool ok = t.magic == kTrailerMagic     ? t.crc == crc
+                        : t.magic == kTrailerMagicV1 ? t.crc == value_crc()
+                                                     : false;
+        if (!ok) return kBad;
         n_->verified++;
         return value_size;
+    }
+    // verdict() for the `n` bytes at `p`, stored under `key`.
+    int64_t verdict(const Trailer &t, const std::string &key, const void *p, int64_t n) {
+        return verdict(
+            t, crc32c(key_seed(key), p, size_t(n)), [&] { return crc32c(0, p, size_t(n)); }, n);
     }
 
     // Multi-part reads: the caller's parts plus a trailer part; Mooncake
@@ -464,9 +481,14 @@ private:
         if (r.size() != n) return r;
         for (size_t i = 0; i < n; i++) {
             if (r[i] < int64_t(kTrailerSize)) continue;  // an error (or not ours: -800)
-            uint32_t crc = 0;
-            for (size_t j = first[i]; j < first[i + 1]; j++) crc = crc32c(crc, bufs[j], sizes[j]);
-            r[i] = verdict(tr[i], crc, r[i] - int64_t(kTrailerSize));
+            auto parts_crc = [&](uint32_t crc) {
+                for (size_t j = first[i]; j < first[i + 1]; j++)
+                    crc = crc32c(crc, bufs[j], sizes[j]);
+                return crc;
+            };
+            r[i] = verdict(
+                tr[i], parts_crc(key_seed(keys[i])), [&] { return parts_crc(0); },
+                r[i] - int64_t(kTrailerSize));
         }
         return r;
     }
@@ -524,7 +546,7 @@ private:
                     auto *p = static_cast<unsigned char *>(bufs[i]);
                     Trailer t;
                     std::memcpy(&t, p + v, kTrailerSize);
-                    r[i] = verdict(t, crc32c(0, p, size_t(v)), v);
+                    r[i] = verdict(t, keys[i], p, v);
                     note(caps[i], -1);
                 }
             }
@@ -561,7 +583,7 @@ private:
 
     // Checks the held values in place (sizes become the values' own); the
     // positions of those that did not verify.
-    std::vector<size_t> check_held(HeldValues &hv) {
+    std::vector<size_t> check_held(const StrVec &keys, HeldValues &hv) {
         std::vector<size_t> bad;
         for (size_t i = 0; i < hv.sizes.size(); i++) {
             const int64_t s = hv.sizes[i];
@@ -574,7 +596,7 @@ private:
             const auto *p = static_cast<const unsigned char *>(hv.values[i]);
             Trailer t;
             std::memcpy(&t, p + v, kTrailerSize);
-            if (verdict(t, crc32c(0, p, size_t(v)), v) == kBad)
+            if (verdict(t, keys[i], p, v) == kBad)
                 bad.push_back(i);
             else
                 hv.sizes[i] = v;
