@@ -7,6 +7,7 @@ drop-in as a stack does, with nothing of this package's in its setup.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -167,3 +168,31 @@ def test_a_lookup_does_not_promise_the_keys_of_a_frozen_storage_node(local, stor
         os.kill(local.pids["storage"], signal.SIGCONT)
     wait_until("the keys promised again", lambda: store.batch_is_exist(keys) == [1] * 16, RECOVERY)
     assert store.is_exist(keys[-1]) == 1
+
+
+def test_a_data_calls_default_deadline_grows_with_the_bytes_it_moves(local, store):
+    """Under fail-open a data call's deadline is DEADLINE plus PER_MIB per MiB it moves
+    (a 96 MiB load of a long prompt's KV gets 8 s on a loaded machine, not 2), counted over
+    every part of a multi-part value; calls on keys alone keep DEADLINE."""
+    from mooncake_cffi._capi.marshal import Packed
+    from mooncake_cffi.status import OP_GET, OP_PUT
+    from mooncake_cffi.store.fail_open import PER_MIB
+
+    calls = store._x.calls
+    mib = 1 << 20
+    buf = bytearray(16)
+    addr = ctypes.addressof((ctypes.c_char * 16).from_buffer(buf))
+    one = Packed(OP_GET, ["k"], [addr], [96 * mib], addresses=True)
+    assert calls._limit(one) == pytest.approx(DEADLINE + 96 * PER_MIB)
+    parts = Packed(
+        OP_PUT, ["a", "b"], [[addr] * 3, [addr]], [[mib] * 3, [2 * mib]], addresses=True, parts=True
+    )
+    assert calls._limit(parts) == pytest.approx(DEADLINE + 5 * PER_MIB)
+    assert calls._limit(Packed(OP_EXISTS, ["k"])) == pytest.approx(DEADLINE)
+    # a store given its own op_timeout keeps it as it is, as does fail_open: false
+    other = MooncakeDistributedStore()
+    assert other.setup(local.client_config(op_timeout=5)) == 0
+    try:
+        assert other._x.calls.per_mib is None
+    finally:
+        other.close()

@@ -247,6 +247,15 @@ class Packed:
         """The per-key results as a list of ints."""
         return results_list(self.results, self.n)
 
+    def payload(self) -> int:
+        """The bytes the batch moves: the sum of its buffers' sizes (0 without buffers)."""
+        b = self.batch
+        if b.sizes == ffi.NULL:
+            return 0
+        counts = b.part_counts
+        parts = self.n if counts == ffi.NULL else sum(counts[0 : self.n])
+        return sum(b.sizes[0:parts])
+
 
 class ReusedBatch:
     """One thread's reusable batch for its blocking calls without a deadline.

@@ -32,6 +32,8 @@ from . import repair
 from .buffer_handles import handles
 from .repair import Failed, code_of
 
+_MIB = 1 << 20
+
 __all__ = ["StoreCalls", "code_of"]
 
 INVALID_PARAMS = -600
@@ -61,6 +63,7 @@ class StoreCalls:
         copies: bool = True,
         shared: bool = False,
         keys_on_rpc_wait: bool = False,
+        per_mib: float | None = None,
     ) -> None:
         self.client = client
         self.native = client._native
@@ -74,6 +77,10 @@ class StoreCalls:
         #: Whether calls on keys alone (no buffer) ignore the client's deadline: they need
         #: only the master, and its RPC wait is as short (the drop-in's fail-open default).
         self.keys_deadline = client._calls.op_timeout is not None and not keys_on_rpc_wait
+        #: Seconds a data call's deadline grows by per MiB it moves (None: it does not):
+        #: the drop-in's fail-open default, so that a large transfer on a loaded machine is
+        #: not taken for a store that stopped answering.
+        self.per_mib = per_mib if client._calls.op_timeout is not None else None
         # BufferHandle batches alive, and whether close() waits for them to be dropped.
         self._held = 0
         self._closing = False
@@ -100,10 +107,18 @@ class StoreCalls:
         """Run a private batch (``build()``): its per-key results, or Failed."""
         try:
             packed = build()
-            self.calls.run_packed(packed, DEFAULT, what)
+            self.calls.run_packed(packed, self._limit(packed), what)
         except MooncakeError as exc:
             raise Failed(exc.code) from None
         return packed.unpack()
+
+    def _limit(self, packed: Packed) -> Any:
+        """A private batch's time limit: the client's, plus :attr:`per_mib` for each MiB
+        it moves."""
+        per_mib, base = self.per_mib, self.calls.op_timeout
+        if per_mib is None or base is None:
+            return DEFAULT
+        return base + per_mib * packed.payload() / _MIB
 
     # ------------------------------------------------------------ one key
 
@@ -135,7 +150,7 @@ class StoreCalls:
                 addr = int(ffi.cast("uintptr_t", buf))
                 packed = Packed(op, [kb], [addr], [size], flags=flags, addresses=True)
                 packed._keep.append(buf)
-            self.calls.run_packed(packed, DEFAULT, "")
+            self.calls.run_packed(packed, self._limit(packed), "")
         except MooncakeError as exc:
             return repair.one_refused(exc.code, op, kb)
         return int(packed.results[0])

@@ -33,7 +33,7 @@ from . import replicas, sessions, setup_args
 from . import tensors as tensor_calls
 from .buffer_handles import BufferHandle
 from .calls import StoreCalls, code_of
-from .fail_open import DEADLINE, FailOpen
+from .fail_open import DEADLINE, PER_MIB, FailOpen
 from .replicas import ReplicaDescriptor
 from .unset import UNSET, Unset, absent
 
@@ -125,7 +125,11 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         local_buffer = cfg.setup_config.get("local_buffer_size")
         copies = local_buffer is None or parse_size(local_buffer) != 0
         calls = StoreCalls(
-            client, staged=cfg.protocol != "tcp", copies=copies, keys_on_rpc_wait=keys_on_rpc_wait
+            client,
+            staged=cfg.protocol != "tcp",
+            copies=copies,
+            keys_on_rpc_wait=keys_on_rpc_wait,
+            per_mib=PER_MIB if keys_on_rpc_wait else None,
         )
         self._x = FailOpen(calls) if fail_open else calls
         master = str(cfg.setup_config.get("master_server_addr", ""))

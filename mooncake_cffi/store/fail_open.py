@@ -7,7 +7,10 @@ frozen master or storage node are 30 s per call. So, unless the setup says
 ``"fail_open": false``:
 
 - every call has a deadline of :data:`DEADLINE` seconds unless the setup gives an
-  ``op_timeout``: data calls (reads, writes) wait for it on a lane, the calls on keys
+  ``op_timeout``, and a data call :data:`PER_MIB` seconds more per MiB it moves (a
+  transfer of 96 MiB, a 2,048-token prompt's KV on a small model, gets 8 s: a loaded
+  machine's slow transfer is not a store that stopped answering): data calls (reads,
+  writes) wait for it on a lane, the calls on keys
   alone (exists, size, remove) run on the calling thread as without a deadline, bounded by
   Mooncake's master RPC wait, shortened to the same (``MC_RPC_TIMEOUT_MS``). A transfer
   that outlives its deadline goes on in the shim, which keeps its memory until Mooncake is
@@ -46,7 +49,11 @@ from .live_hits import LiveHits
 _NULL = ffi.NULL
 _monotonic = time.monotonic
 
-__all__ = ["DEADLINE", "PROBE_EVERY", "TRIP_AFTER", "FailOpen"]
+__all__ = ["DEADLINE", "PER_MIB", "PROBE_EVERY", "TRIP_AFTER", "FailOpen"]
+
+#: Seconds a data call's default deadline grows by per MiB it moves (1 s per 16 MiB: a
+#: floor of 16 MiB/s, under which a transfer counts as a store not answering).
+PER_MIB = 1 / 16
 
 
 def _read_probe(calls: Any, key: Any) -> Callable[[], int]:
