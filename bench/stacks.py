@@ -22,6 +22,18 @@ with its page keys per tensor-parallel rank:
     batch_get_v1       batch_get_into into the host pool
     exists             exists of one page's k part
 
+``--stack vllm`` (this package's own virtualenv: no engine is imported): the store calls
+vLLM's ``MooncakeStoreConnector`` makes per request (its ``MooncakeStoreWorker`` of vllm
+0.32.0, replayed call for call), over a KV cache of one region per layer registered with
+``register_buffer`` as the worker registers vLLM's, blocks of 32 tokens, one key per block
+named as the worker names it (``<model>@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@<hash>``),
+its value the block's slice of every layer (one buffer per layer):
+
+    save               the save thread: batch_is_exist of the request's block keys (dedup),
+                       then batch_put_from_multi_buffers of the missing ones (all: fresh)
+    lookup             the scheduler's lookup: batch_is_exist of the prompt's block keys
+    load               the load thread: batch_get_into_multi_buffers into other blocks
+
 Every round runs each loop on both classes, in an order that alternates each round; printed
 per loop: each median time, the ratio of medians (ours / theirs: < 1 is faster) and the
 p10..p90 of the per-round paired ratios.  Keys are fresh per round and force-removed after
@@ -31,6 +43,7 @@ by the rounds (see ``mirrored_sets`` in bench/_common.py for why).
 
     $(scripts/install_lmcache.sh | tail -1)/bin/python bench/stacks.py --stack lmcache
     $(scripts/install_sglang.sh | tail -1)/bin/python bench/stacks.py --stack sglang [--quick]
+    .venv/bin/python bench/stacks.py --stack vllm [--quick]
 """
 
 from __future__ import annotations
@@ -275,6 +288,104 @@ class SGLangLoops(Loops):
         self.store.store.close()
 
 
+# -- vLLM ---------------------------------------------------------------------------------
+
+
+class VLLMLoops(Loops):
+    """vLLM's ``MooncakeStoreWorker`` calls, per request (see the module's docstring).
+
+    The KV cache is one region per layer, blocks first (as ``group_kernel_blocks`` views
+    vLLM's caches): block ``b`` of layer ``l`` is ``block_len`` bytes at ``base[l] + b *
+    block_len``, K and V of its 32 tokens.  A request's blocks are ``0 .. blocks - 1``; the
+    load reads them back into ``blocks .. 2 * blocks - 1``."""
+
+    names = ("save", "lookup", "load")
+    block_tokens = 32
+
+    def __init__(self, side: str, local: Any, blocks: int, layers: int, heads: int) -> None:
+        import hashlib
+
+        import numpy as np
+
+        module = _module(side)
+        self.np, self.hashlib, self.side, self.blocks = np, hashlib, side, blocks
+        self.store = module.MooncakeDistributedStore()
+        # vllm.distributed.mooncake_store.setup_mooncake_store: the positional setup, here
+        # in standalone-store mode (no segment of its own: the KV lives on the storage node).
+        rc = self.store.setup(
+            "127.0.0.1", local.metadata_server, 0, 16 << 20, "tcp", "", local.master_addr
+        )
+        if rc != 0:
+            raise RuntimeError(f"{side}: setup answered {rc}")
+        self.config = module.ReplicateConfig()
+        # K and V of 32 tokens, ``heads`` KV heads of 64, bfloat16: one layer's block.
+        self.block_len = 2 * self.block_tokens * heads * 64 * 2
+        self.regions = [np.zeros(2 * blocks * self.block_len, np.uint8) for _ in range(layers)]
+        self.base = [int(r.ctypes.data) for r in self.regions]
+        for region in self.regions:  # register_kv_caches: each layer's storage once
+            if self.store.register_buffer(int(region.ctypes.data), region.nbytes) != 0:
+                raise RuntimeError(f"{side}: register_buffer failed")
+        # RankLocalStoreLayout's prefix: the model's last path part, the rank namespace.
+        self.prefix = f"Llama-3.1-8B-Instruct@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@{side}"
+        self.src = self._values(range(blocks))
+        self.dst = self._values(range(blocks, 2 * blocks))
+        self.keys: list[str] = []
+        self.tag = uuid.uuid4().hex[:8]
+
+    def _values(self, block_ids: Any) -> tuple[list[list[int]], list[list[int]]]:
+        """prepare_values: per block, one address and one size per layer."""
+        n = self.block_len
+        return ([[b + i * n for b in self.base] for i in block_ids],
+                [[n] * len(self.base) for _ in block_ids])  # fmt: skip
+
+    def prepare(self, round_: int) -> None:
+        # A block's hash is 32 bytes of sha256 (vLLM's default), in hex in the key.
+        sha = self.hashlib.sha256
+        self.keys = [
+            f"{self.prefix}@{sha(f'{self.tag}/{round_}/{i}'.encode()).hexdigest()}"
+            for i in range(self.blocks)
+        ]
+        half, np = self.blocks * self.block_len, self.np
+        for region in self.regions:  # the prefill's KV, and the blocks the load fills
+            region[:half] = np.frombuffer(np.random.bytes(half), np.uint8)
+            region[half:] = 0
+
+    def run(self, name: str) -> None:
+        store, keys = self.store, self.keys
+        if name == "save":
+            exists = store.batch_is_exist(keys)
+            missing = [i for i, e in enumerate(exists) if e != 1]
+            if missing:
+                addrs, sizes = self.src
+                if len(missing) != len(keys):
+                    keys = [keys[i] for i in missing]
+                    addrs, sizes = [addrs[i] for i in missing], [sizes[i] for i in missing]
+                res = store.batch_put_from_multi_buffers(keys, addrs, sizes, self.config)
+                if any(r < 0 for r in res):
+                    raise RuntimeError(f"{self.side}: batch_put_from_multi_buffers: {res}")
+        elif name == "lookup":
+            res = store.batch_is_exist(keys)
+            if not all(r == 1 for r in res):
+                raise RuntimeError(f"{self.side}: lookup found {res}")
+        else:
+            addrs, sizes = self.dst
+            res = store.batch_get_into_multi_buffers(keys, addrs, sizes)
+            if any(r < 0 for r in res):
+                raise RuntimeError(f"{self.side}: batch_get_into_multi_buffers: {res}")
+
+    def finish(self) -> None:
+        half = self.blocks * self.block_len
+        for region in self.regions:
+            if not self.np.array_equal(region[:half], region[half:]):
+                raise RuntimeError(f"{self.side}: a block read back differs from the one saved")
+        self.store.batch_remove(self.keys, True)
+
+    def close(self) -> None:
+        for base in self.base:
+            self.store.unregister_buffer(base)
+        self.store.close()
+
+
 # -- the rounds ---------------------------------------------------------------------------
 
 
@@ -291,7 +402,7 @@ def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str,
         for side in order:
             sides[side].prepare(r)
         for name in names:
-            calls = 1 if name in ("batched_put", "batch_set_v1") else repeat
+            calls = 1 if name in ("batched_put", "batch_set_v1", "save") else repeat
             for side in order:
                 loops = sides[side]
                 took = []
@@ -332,12 +443,15 @@ def report(times: dict[str, dict[str, list[float]]], title: str) -> list[dict[st
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--stack", choices=("lmcache", "sglang"), required=True)
+    p.add_argument("--stack", choices=("lmcache", "sglang", "vllm"), required=True)
     p.add_argument("--rounds", type=int, default=41, help="rounds (default %(default)s)")
     p.add_argument("--repeat", type=int, default=5, help="calls of a read loop per round")
     p.add_argument("--chunks", type=int, default=16, help="LMCache: chunks per batch")
     p.add_argument("--tokens", type=int, default=256, help="LMCache: tokens per chunk")
     p.add_argument("--pages", type=int, default=32, help="SGLang: pages per batch")
+    p.add_argument("--blocks", type=int, default=16, help="vLLM: 32-token blocks per request")
+    p.add_argument("--layers", type=int, default=12, help="vLLM: the model's layers")
+    p.add_argument("--heads", type=int, default=16, help="vLLM: KV heads (of 64, bfloat16)")
     add_instances(p)
     args = p.parse_args()
     if args.quick:
@@ -355,6 +469,13 @@ def main() -> None:
 
             def make(side: str) -> Loops:
                 return LMCacheLoops(side, local, loop, args.chunks, args.tokens)
+        elif args.stack == "vllm":
+            block = 2 * 32 * args.heads * 64 * 2
+            what = (f"{args.blocks} blocks of 32 tokens, {args.layers} layers of "
+                    f"{block >> 10} KiB each ({args.layers * block >> 10} KiB a key)")  # fmt: skip
+
+            def make(side: str) -> Loops:
+                return VLLMLoops(side, local, args.blocks, args.layers, args.heads)
         else:
             what = f"{args.pages} pages of 2 x 128 KiB"
 
