@@ -30,7 +30,8 @@ named as the worker names it (``<model>@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@<h
 its value the block's slice of every layer (one buffer per layer):
 
     save               the save thread: batch_is_exist of the request's block keys (dedup),
-                       then batch_put_from_multi_buffers of the missing ones (all: fresh)
+                       then batch_put_from_multi_buffers of the missing ones (all: fresh;
+                       each of a round's ``--repeat`` saves has keys of its own)
     lookup             the scheduler's lookup: batch_is_exist of the prompt's block keys
     load               the load thread: batch_get_into_multi_buffers into other blocks
 
@@ -302,13 +303,16 @@ class VLLMLoops(Loops):
     names = ("save", "lookup", "load")
     block_tokens = 32
 
-    def __init__(self, side: str, local: Any, blocks: int, layers: int, heads: int) -> None:
+    def __init__(
+        self, side: str, local: Any, blocks: int, layers: int, heads: int, saves: int
+    ) -> None:
         import hashlib
 
         import numpy as np
 
         module = _module(side)
         self.np, self.hashlib, self.side, self.blocks = np, hashlib, side, blocks
+        self.saves = saves
         self.store = module.MooncakeDistributedStore()
         # vllm.distributed.mooncake_store.setup_mooncake_store: the positional setup, here
         # in standalone-store mode (no segment of its own: the KV lives on the storage node).
@@ -330,6 +334,8 @@ class VLLMLoops(Loops):
         self.src = self._values(range(blocks))
         self.dst = self._values(range(blocks, 2 * blocks))
         self.keys: list[str] = []
+        self.fresh: list[list[str]] = []  # the round's key sets not saved yet
+        self.saved: list[list[str]] = []
         self.tag = uuid.uuid4().hex[:8]
 
     def _values(self, block_ids: Any) -> tuple[list[list[int]], list[list[int]]]:
@@ -340,11 +346,17 @@ class VLLMLoops(Loops):
 
     def prepare(self, round_: int) -> None:
         # A block's hash is 32 bytes of sha256 (vLLM's default), in hex in the key.
+        # Each save has fresh keys (a second save of the same keys would only ask, as
+        # vLLM's dedup does); lookup and load take the first set, saved first.
         sha = self.hashlib.sha256
-        self.keys = [
-            f"{self.prefix}@{sha(f'{self.tag}/{round_}/{i}'.encode()).hexdigest()}"
-            for i in range(self.blocks)
+        self.fresh = [
+            [
+                f"{self.prefix}@{sha(f'{self.tag}/{round_}/{s}/{i}'.encode()).hexdigest()}"
+                for i in range(self.blocks)
+            ]
+            for s in range(self.saves)
         ]
+        self.keys, self.saved = self.fresh[0], []
         half, np = self.blocks * self.block_len, self.np
         for region in self.regions:  # the prefill's KV, and the blocks the load fills
             region[:half] = np.frombuffer(np.random.bytes(half), np.uint8)
@@ -353,6 +365,8 @@ class VLLMLoops(Loops):
     def run(self, name: str) -> None:
         store, keys = self.store, self.keys
         if name == "save":
+            keys = self.fresh.pop(0)
+            self.saved.append(keys)
             exists = store.batch_is_exist(keys)
             missing = [i for i, e in enumerate(exists) if e != 1]
             if missing:
@@ -378,7 +392,8 @@ class VLLMLoops(Loops):
         for region in self.regions:
             if not self.np.array_equal(region[:half], region[half:]):
                 raise RuntimeError(f"{self.side}: a block read back differs from the one saved")
-        self.store.batch_remove(self.keys, True)
+        for keys in self.saved + self.fresh:
+            self.store.batch_remove(keys, True)
 
     def close(self) -> None:
         for base in self.base:
@@ -392,8 +407,9 @@ class VLLMLoops(Loops):
 def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str, Any]:
     """``rounds`` rounds, round ``r`` on the instances ``sets[r % len(sets)]``; in each, every
     loop on both sides, in an order that alternates each time a set comes round again (so
-    every set runs in both orders), the median of ``repeat`` calls kept (the write loop runs
-    once: its keys are fresh)."""
+    every set runs in both orders), the median of ``repeat`` calls kept (LMCache's and
+    SGLang's write loops run once: their keys are fresh; vLLM's save has a key set per
+    call)."""
     names = next(iter(sets[0].values())).names
     times: dict[str, dict[str, list[float]]] = {n: {s: [] for s in sets[0]} for n in names}
     for r in range(rounds):
@@ -402,7 +418,7 @@ def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str,
         for side in order:
             sides[side].prepare(r)
         for name in names:
-            calls = 1 if name in ("batched_put", "batch_set_v1", "save") else repeat
+            calls = 1 if name in ("batched_put", "batch_set_v1") else repeat
             for side in order:
                 loops = sides[side]
                 took = []
@@ -475,7 +491,8 @@ def main() -> None:
                     f"{block >> 10} KiB each ({args.layers * block >> 10} KiB a key)")  # fmt: skip
 
             def make(side: str) -> Loops:
-                return VLLMLoops(side, local, args.blocks, args.layers, args.heads)
+                saves = args.repeat
+                return VLLMLoops(side, local, args.blocks, args.layers, args.heads, saves)
         else:
             what = f"{args.pages} pages of 2 x 128 KiB"
 
