@@ -40,7 +40,10 @@ per loop: each median time, the ratio of medians (ours / theirs: < 1 is faster) 
 p10..p90 of the per-round paired ratios.  Keys are fresh per round and force-removed after
 it (untimed).  Nothing is pinned (``--pin split`` puts the cluster on the last CPU).  Each
 class is ``--instances`` clients (default 2), created in a mirrored order and taken in turn
-by the rounds (see ``mirrored_sets`` in bench/_common.py for why).
+by the rounds (see ``mirrored_sets`` in bench/_common.py for why).  The drop-in is set up
+as the stack sets it up (by default failing open: a deadline per call, which hands each data
+call to a lane worker and back); ``--no-deadline-too`` adds a third contender, the drop-in
+set up with ``"fail_open": false``, to show what that hand-off costs in the same run.
 
     $(scripts/install_lmcache.sh | tail -1)/bin/python bench/stacks.py --stack lmcache
     $(scripts/install_sglang.sh | tail -1)/bin/python bench/stacks.py --stack sglang [--quick]
@@ -51,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -76,8 +80,12 @@ from _common import (
 )
 
 import mooncake_cffi.store as ours_module
+from mooncake_cffi.store.setup_args import OPTIONS_ENV
 
 SIDES = ("theirs", "ours")
+#: ``--no-deadline-too``: a third contender, the drop-in set up with ``"fail_open": false``
+#: (no deadline, so no lane hand-off per data call), through the variable the drop-in reads.
+NO_DEADLINE = "ours_nd"
 
 
 @contextmanager
@@ -94,7 +102,7 @@ def _as_mooncake(module: Any) -> Iterator[None]:
 
 
 def _module(side: str) -> Any:
-    if side == "ours":
+    if side in ("ours", NO_DEADLINE):
         return ours_module
     import mooncake.store as theirs_module
 
@@ -401,6 +409,26 @@ class VLLMLoops(Loops):
         self.store.close()
 
 
+def _without_deadline(make: Callable[[str], Loops]) -> Callable[[str], Loops]:
+    """``make``, with the drop-in's setup options saying ``"fail_open": false`` while the
+    :data:`NO_DEADLINE` side is made (the stack's own code calls setup)."""
+
+    def made(side: str) -> Loops:
+        if side != NO_DEADLINE:
+            return make(side)
+        saved = os.environ.get(OPTIONS_ENV)
+        os.environ[OPTIONS_ENV] = json.dumps({**json.loads(saved or "{}"), "fail_open": False})
+        try:
+            return make(side)
+        finally:
+            if saved is None:
+                del os.environ[OPTIONS_ENV]
+            else:
+                os.environ[OPTIONS_ENV] = saved
+
+    return made
+
+
 # -- the rounds ---------------------------------------------------------------------------
 
 
@@ -435,25 +463,33 @@ def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str,
 def report(times: dict[str, dict[str, list[float]]], title: str) -> list[dict[str, Any]]:
     rows, out = [], []
     for name, by_side in times.items():
-        theirs, ours = by_side["theirs"], by_side["ours"]
-        paired = [o / t for o, t in zip(ours, theirs, strict=True)]
-        m_t, m_o = statistics.median(theirs), statistics.median(ours)
-        cell = {
-            "loop": name,
-            "theirs_ms": m_t * 1e3,
-            "ours_ms": m_o * 1e3,
-            "ratio": m_o / m_t,
-            "p10": quantile(paired, 0.1),
-            "p90": quantile(paired, 0.9),
-            "theirs_s": theirs,
-            "ours_s": ours,
-        }
+        theirs = by_side["theirs"]
+        m_t = statistics.median(theirs)
+        cell: dict[str, Any] = {"loop": name, "theirs_ms": m_t * 1e3, "theirs_s": theirs}
+        row: list[Any] = [name, m_t * 1e3]
+        for side in [s for s in by_side if s != "theirs"]:
+            ours = by_side[side]
+            paired = [o / t for o, t in zip(ours, theirs, strict=True)]
+            m_o = statistics.median(ours)
+            pre = "" if side == "ours" else "nd_"  # the first drop-in keeps the old names
+            cell |= {
+                f"{pre}ours_ms": m_o * 1e3,
+                f"{pre}ratio": m_o / m_t,
+                f"{pre}p10": quantile(paired, 0.1),
+                f"{pre}p90": quantile(paired, 0.9),
+                f"{pre}ours_s": ours,
+            }
+            row += [
+                m_o * 1e3,
+                m_o / m_t,
+                f"{fmt(cell[pre + 'p10'], 2)}..{fmt(cell[pre + 'p90'], 2)}",
+            ]
         out.append(cell)
-        rows.append([
-            name, m_t * 1e3, m_o * 1e3, m_o / m_t,
-            f"{fmt(cell['p10'], 2)}..{fmt(cell['p90'], 2)}",
-        ])  # fmt: skip
-    table(["loop", "Mooncake's ms", "drop-in ms", "ratio", "p10..p90"], rows, title)
+        rows.append(row)
+    headers = ["loop", "Mooncake's ms", "drop-in ms", "ratio", "p10..p90"]
+    if NO_DEADLINE in next(iter(times.values())):
+        headers += ["no deadline ms", "ratio", "p10..p90"]
+    table(headers, rows, title)
     return out
 
 
@@ -468,12 +504,18 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=16, help="vLLM: 32-token blocks per request")
     p.add_argument("--layers", type=int, default=12, help="vLLM: the model's layers")
     p.add_argument("--heads", type=int, default=16, help="vLLM: KV heads (of 64, bfloat16)")
+    p.add_argument(
+        "--no-deadline-too",
+        action="store_true",
+        help="a third contender: the drop-in set up without a deadline (fail_open false)",
+    )
     add_instances(p)
     args = p.parse_args()
     if args.quick:
         args.rounds, args.repeat = 5, 3
     check_installed()
     info = banner(f"stacks ({args.stack})", args)
+    sides = SIDES + ((NO_DEADLINE,) if args.no_deadline_too else ())
     with cluster(args.segment, args.pin) as local, tempfile.TemporaryDirectory() as tmp:
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -499,7 +541,7 @@ def main() -> None:
             def make(side: str) -> Loops:
                 return SGLangLoops(side, local, Path(tmp), args.pages)
 
-        sets = mirrored_sets(SIDES, make, args.instances)
+        sets = mirrored_sets(sides, _without_deadline(make), args.instances)
         try:
             measure(sets, 2 * len(sets), 1)  # warm-up: connections, the segment's pages
             times = measure(sets, args.rounds, args.repeat)
