@@ -8,8 +8,11 @@ no CPU pinning (``--pin split`` is there to compare), calls/s per round:
 * ``exists T`` - the same with ``Client.exists`` against ``is_exist``;
 * ``asyncio``  - 2,000 gets of 4 KiB values with 64 in flight from one event loop:
   ``AsyncClient.get`` against Mooncake's ``get`` through ``loop.run_in_executor`` with a
-  16-thread pool (what inference stacks do today), plus the same with the drop-in
-  ``MooncakeDistributedStore`` of ``mooncake_cffi.store`` when it imports.
+  16-thread pool (what inference stacks do today);
+* ``drop-in ...`` - the same three with the drop-in ``MooncakeDistributedStore`` of
+  ``mooncake_cffi.store`` set up as a stack sets it up (positionally: failing open, data
+  calls with a deadline on a lane) in place of ``Client``: ``get`` / ``is_exist`` from
+  threads, ``get`` through the same executor.
 
 Printed per row: the median calls/s of each side, their ratio (ours / theirs; > 1: we are
 faster) and the p10..p90 spread of the per-round ratios; and the single-thread rates.
@@ -26,7 +29,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from _common import KiB, banner, cluster, our_client, parser, pc, table, their_store, write_json
+from _common import (
+    KiB,
+    banner,
+    cluster,
+    dropin_store,
+    our_client,
+    parser,
+    pc,
+    table,
+    their_store,
+    write_json,
+)
 
 from mooncake_cffi import AsyncClient
 
@@ -111,6 +125,7 @@ def main() -> None:
     with cluster(args.segment, args.pin) as local:
         ours = our_client(local)
         theirs = their_store(local)
+        dropin = dropin_store(local)
         keys = [f"conc/{i:04d}" for i in range(N_KEYS)]
         value = bytes(range(256)) * (VALUE // 256)
         ours.batch_put(keys, [value] * N_KEYS)
@@ -126,11 +141,20 @@ def main() -> None:
                 "ours": lambda i: ours.exists(keys[i]),
                 "theirs": lambda i: theirs.is_exist(keys[i]),
             }
+        for t in threads:
+            contenders[f"drop-in get {t}"] = {
+                "ours": lambda i: dropin.get(keys[i]),
+                "theirs": lambda i: theirs.get(keys[i]),
+            }
+            contenders[f"drop-in exists {t}"] = {
+                "ours": lambda i: dropin.is_exist(keys[i]),
+                "theirs": lambda i: theirs.is_exist(keys[i]),
+            }
         pool = ThreadPoolExecutor(16)
         for r in range(args.rounds):
             order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
             for name, sides in contenders.items():
-                t = int(name.split()[1])
+                t = int(name.split()[-1])
                 for side in order:
                     rate = _rate(sides[side], t, args.seconds)
                     rows.setdefault(name, {}).setdefault(side, []).append(rate)
@@ -145,9 +169,15 @@ def main() -> None:
                                 theirs.get, pool, keys, args.async_total, args.async_window
                             )
                         rows.setdefault("asyncio", {}).setdefault(side, []).append(rate)
+                for side in order:
+                    get = dropin.get if side == "ours" else theirs.get
+                    total, window = args.async_total, args.async_window
+                    rate = await _burst_executor(get, pool, keys, total, window)
+                    rows.setdefault("drop-in asyncio", {}).setdefault(side, []).append(rate)
 
             asyncio.run(asyncio_round())
         pool.shutdown()
+        dropin.close()
         theirs.close()
         ours.close()
 

@@ -22,21 +22,42 @@ with its page keys per tensor-parallel rank:
     batch_get_v1       batch_get_into into the host pool
     exists             exists of one page's k part
 
+``--stack vllm`` (this package's own virtualenv: no engine is imported): the store calls
+vLLM's ``MooncakeStoreConnector`` makes per request (its ``MooncakeStoreWorker`` of vllm
+0.32.0, replayed call for call), over a KV cache of one region per layer registered with
+``register_buffer`` as the worker registers vLLM's, blocks of 32 tokens, one key per block
+named as the worker names it (``<model>@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@<hash>``),
+its value the block's slice of every layer (one buffer per layer):
+
+    save               the save thread: batch_is_exist of the request's block keys (dedup),
+                       then batch_put_from_multi_buffers of the missing ones (all: fresh;
+                       each of a round's ``--repeat`` saves has keys of its own)
+    lookup             the scheduler's lookup: batch_is_exist of the prompt's block keys
+    load               the load thread: batch_get_into_multi_buffers into other blocks
+
+A vLLM call that answers a failure is counted and printed with its codes (vLLM logs it and
+goes on: a failed save is a later miss, a failed load a recompute), not fatal.
+
 Every round runs each loop on both classes, in an order that alternates each round; printed
 per loop: each median time, the ratio of medians (ours / theirs: < 1 is faster) and the
 p10..p90 of the per-round paired ratios.  Keys are fresh per round and force-removed after
 it (untimed).  Nothing is pinned (``--pin split`` puts the cluster on the last CPU).  Each
 class is ``--instances`` clients (default 2), created in a mirrored order and taken in turn
-by the rounds (see ``mirrored_sets`` in bench/_common.py for why).
+by the rounds (see ``mirrored_sets`` in bench/_common.py for why).  The drop-in is set up
+as the stack sets it up (by default failing open: a deadline per call, which hands each data
+call to a lane worker and back); ``--no-deadline-too`` adds a third contender, the drop-in
+set up with ``"fail_open": false``, to show what that hand-off costs in the same run.
 
     $(scripts/install_lmcache.sh | tail -1)/bin/python bench/stacks.py --stack lmcache
     $(scripts/install_sglang.sh | tail -1)/bin/python bench/stacks.py --stack sglang [--quick]
+    .venv/bin/python bench/stacks.py --stack vllm [--quick]
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -62,8 +83,12 @@ from _common import (
 )
 
 import mooncake_cffi.store as ours_module
+from mooncake_cffi.store.setup_args import OPTIONS_ENV
 
 SIDES = ("theirs", "ours")
+#: ``--no-deadline-too``: a third contender, the drop-in set up with ``"fail_open": false``
+#: (no deadline, so no lane hand-off per data call), through the variable the drop-in reads.
+NO_DEADLINE = "ours_nd"
 
 
 @contextmanager
@@ -80,7 +105,7 @@ def _as_mooncake(module: Any) -> Iterator[None]:
 
 
 def _module(side: str) -> Any:
-    if side == "ours":
+    if side in ("ours", NO_DEADLINE):
         return ours_module
     import mooncake.store as theirs_module
 
@@ -275,14 +300,158 @@ class SGLangLoops(Loops):
         self.store.store.close()
 
 
+# -- vLLM ---------------------------------------------------------------------------------
+
+
+class VLLMLoops(Loops):
+    """vLLM's ``MooncakeStoreWorker`` calls, per request (see the module's docstring).
+
+    The KV cache is one region per layer, blocks first (as ``group_kernel_blocks`` views
+    vLLM's caches): block ``b`` of layer ``l`` is ``block_len`` bytes at ``base[l] + b *
+    block_len``, K and V of its 32 tokens.  A request's blocks are ``0 .. blocks - 1``; the
+    load reads them back into ``blocks .. 2 * blocks - 1``."""
+
+    names = ("save", "lookup", "load")
+    block_tokens = 32
+
+    def __init__(
+        self, side: str, local: Any, blocks: int, layers: int, heads: int, saves: int
+    ) -> None:
+        import hashlib
+
+        import numpy as np
+
+        module = _module(side)
+        self.np, self.hashlib, self.side, self.blocks = np, hashlib, side, blocks
+        self.saves = saves
+        self.store = module.MooncakeDistributedStore()
+        # vllm.distributed.mooncake_store.setup_mooncake_store: the positional setup, here
+        # in standalone-store mode (no segment of its own: the KV lives on the storage node).
+        rc = self.store.setup(
+            "127.0.0.1", local.metadata_server, 0, 16 << 20, "tcp", "", local.master_addr
+        )
+        if rc != 0:
+            raise RuntimeError(f"{side}: setup answered {rc}")
+        self.config = module.ReplicateConfig()
+        # K and V of 32 tokens, ``heads`` KV heads of 64, bfloat16: one layer's block.
+        self.block_len = 2 * self.block_tokens * heads * 64 * 2
+        self.regions = [np.zeros(2 * blocks * self.block_len, np.uint8) for _ in range(layers)]
+        self.base = [int(r.ctypes.data) for r in self.regions]
+        for region in self.regions:  # register_kv_caches: each layer's storage once
+            if self.store.register_buffer(int(region.ctypes.data), region.nbytes) != 0:
+                raise RuntimeError(f"{side}: register_buffer failed")
+        # RankLocalStoreLayout's prefix: the model's last path part, the rank namespace.
+        self.prefix = f"Llama-3.1-8B-Instruct@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@{side}"
+        self.src = self._values(range(blocks))
+        self.dst = self._values(range(blocks, 2 * blocks))
+        self.keys: list[str] = []
+        self.fresh: list[list[str]] = []  # the round's key sets not saved yet
+        self.failed = dict.fromkeys(self.names, 0)  # calls that answered a failure
+        self.codes: set[int] = set()
+        self.clean = True
+        self.saved: list[list[str]] = []
+        self.tag = uuid.uuid4().hex[:8]
+
+    def _values(self, block_ids: Any) -> tuple[list[list[int]], list[list[int]]]:
+        """prepare_values: per block, one address and one size per layer."""
+        n = self.block_len
+        return ([[b + i * n for b in self.base] for i in block_ids],
+                [[n] * len(self.base) for _ in block_ids])  # fmt: skip
+
+    def prepare(self, round_: int) -> None:
+        # A block's hash is 32 bytes of sha256 (vLLM's default), in hex in the key.
+        # Each save has fresh keys (a second save of the same keys would only ask, as
+        # vLLM's dedup does); lookup and load take the first set, saved first.
+        sha = self.hashlib.sha256
+        self.fresh = [
+            [
+                f"{self.prefix}@{sha(f'{self.tag}/{round_}/{s}/{i}'.encode()).hexdigest()}"
+                for i in range(self.blocks)
+            ]
+            for s in range(self.saves)
+        ]
+        self.keys, self.saved, self.clean = self.fresh[0], [], True
+        half, np = self.blocks * self.block_len, self.np
+        for region in self.regions:  # the prefill's KV, and the blocks the load fills
+            region[:half] = np.frombuffer(np.random.bytes(half), np.uint8)
+            region[half:] = 0
+
+    def run(self, name: str) -> None:
+        store, keys = self.store, self.keys
+        if name == "save":
+            keys = self.fresh.pop(0)
+            self.saved.append(keys)
+            exists = store.batch_is_exist(keys)
+            missing = [i for i, e in enumerate(exists) if e != 1]
+            if missing:
+                addrs, sizes = self.src
+                if len(missing) != len(keys):
+                    keys = [keys[i] for i in missing]
+                    addrs, sizes = [addrs[i] for i in missing], [sizes[i] for i in missing]
+                res = store.batch_put_from_multi_buffers(keys, addrs, sizes, self.config)
+                if any(r < 0 for r in res):
+                    self._failed(name, res)
+        elif name == "lookup":
+            res = store.batch_is_exist(keys)
+            if not all(r == 1 for r in res):
+                self._failed(name, res)
+        else:
+            addrs, sizes = self.dst
+            res = store.batch_get_into_multi_buffers(keys, addrs, sizes)
+            if any(r < 0 for r in res):
+                self._failed(name, res)
+
+    def _failed(self, name: str, res: list[int]) -> None:
+        """A call that answered a failure (vLLM logs it and goes on: a failed save is a
+        later miss, a failed load a recompute): counted with its codes, and the round's
+        bytes are not compared."""
+        self.failed[name] += 1
+        self.codes.update(r for r in res if r < 0)
+        self.clean = False
+
+    def finish(self) -> None:
+        half = self.blocks * self.block_len
+        for region in self.regions if self.clean else ():
+            if not self.np.array_equal(region[:half], region[half:]):
+                raise RuntimeError(f"{self.side}: a block read back differs from the one saved")
+        for keys in self.saved + self.fresh:
+            self.store.batch_remove(keys, True)
+
+    def close(self) -> None:
+        for base in self.base:
+            self.store.unregister_buffer(base)
+        self.store.close()
+
+
+def _without_deadline(make: Callable[[str], Loops]) -> Callable[[str], Loops]:
+    """``make``, with the drop-in's setup options saying ``"fail_open": false`` while the
+    :data:`NO_DEADLINE` side is made (the stack's own code calls setup)."""
+
+    def made(side: str) -> Loops:
+        if side != NO_DEADLINE:
+            return make(side)
+        saved = os.environ.get(OPTIONS_ENV)
+        os.environ[OPTIONS_ENV] = json.dumps({**json.loads(saved or "{}"), "fail_open": False})
+        try:
+            return make(side)
+        finally:
+            if saved is None:
+                del os.environ[OPTIONS_ENV]
+            else:
+                os.environ[OPTIONS_ENV] = saved
+
+    return made
+
+
 # -- the rounds ---------------------------------------------------------------------------
 
 
 def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str, Any]:
     """``rounds`` rounds, round ``r`` on the instances ``sets[r % len(sets)]``; in each, every
     loop on both sides, in an order that alternates each time a set comes round again (so
-    every set runs in both orders), the median of ``repeat`` calls kept (the write loop runs
-    once: its keys are fresh)."""
+    every set runs in both orders), the median of ``repeat`` calls kept (LMCache's and
+    SGLang's write loops run once: their keys are fresh; vLLM's save has a key set per
+    call)."""
     names = next(iter(sets[0].values())).names
     times: dict[str, dict[str, list[float]]] = {n: {s: [] for s in sets[0]} for n in names}
     for r in range(rounds):
@@ -308,42 +477,59 @@ def measure(sets: list[dict[str, Loops]], rounds: int, repeat: int) -> dict[str,
 def report(times: dict[str, dict[str, list[float]]], title: str) -> list[dict[str, Any]]:
     rows, out = [], []
     for name, by_side in times.items():
-        theirs, ours = by_side["theirs"], by_side["ours"]
-        paired = [o / t for o, t in zip(ours, theirs, strict=True)]
-        m_t, m_o = statistics.median(theirs), statistics.median(ours)
-        cell = {
-            "loop": name,
-            "theirs_ms": m_t * 1e3,
-            "ours_ms": m_o * 1e3,
-            "ratio": m_o / m_t,
-            "p10": quantile(paired, 0.1),
-            "p90": quantile(paired, 0.9),
-            "theirs_s": theirs,
-            "ours_s": ours,
-        }
+        theirs = by_side["theirs"]
+        m_t = statistics.median(theirs)
+        cell: dict[str, Any] = {"loop": name, "theirs_ms": m_t * 1e3, "theirs_s": theirs}
+        row: list[Any] = [name, m_t * 1e3]
+        for side in [s for s in by_side if s != "theirs"]:
+            ours = by_side[side]
+            paired = [o / t for o, t in zip(ours, theirs, strict=True)]
+            m_o = statistics.median(ours)
+            pre = "" if side == "ours" else "nd_"  # the first drop-in keeps the old names
+            cell |= {
+                f"{pre}ours_ms": m_o * 1e3,
+                f"{pre}ratio": m_o / m_t,
+                f"{pre}p10": quantile(paired, 0.1),
+                f"{pre}p90": quantile(paired, 0.9),
+                f"{pre}ours_s": ours,
+            }
+            row += [
+                m_o * 1e3,
+                m_o / m_t,
+                f"{fmt(cell[pre + 'p10'], 2)}..{fmt(cell[pre + 'p90'], 2)}",
+            ]
         out.append(cell)
-        rows.append([
-            name, m_t * 1e3, m_o * 1e3, m_o / m_t,
-            f"{fmt(cell['p10'], 2)}..{fmt(cell['p90'], 2)}",
-        ])  # fmt: skip
-    table(["loop", "Mooncake's ms", "drop-in ms", "ratio", "p10..p90"], rows, title)
+        rows.append(row)
+    headers = ["loop", "Mooncake's ms", "drop-in ms", "ratio", "p10..p90"]
+    if NO_DEADLINE in next(iter(times.values())):
+        headers += ["no deadline ms", "ratio", "p10..p90"]
+    table(headers, rows, title)
     return out
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--stack", choices=("lmcache", "sglang"), required=True)
+    p.add_argument("--stack", choices=("lmcache", "sglang", "vllm"), required=True)
     p.add_argument("--rounds", type=int, default=41, help="rounds (default %(default)s)")
     p.add_argument("--repeat", type=int, default=5, help="calls of a read loop per round")
     p.add_argument("--chunks", type=int, default=16, help="LMCache: chunks per batch")
     p.add_argument("--tokens", type=int, default=256, help="LMCache: tokens per chunk")
     p.add_argument("--pages", type=int, default=32, help="SGLang: pages per batch")
+    p.add_argument("--blocks", type=int, default=16, help="vLLM: 32-token blocks per request")
+    p.add_argument("--layers", type=int, default=12, help="vLLM: the model's layers")
+    p.add_argument("--heads", type=int, default=16, help="vLLM: KV heads (of 64, bfloat16)")
+    p.add_argument(
+        "--no-deadline-too",
+        action="store_true",
+        help="a third contender: the drop-in set up without a deadline (fail_open false)",
+    )
     add_instances(p)
     args = p.parse_args()
     if args.quick:
         args.rounds, args.repeat = 5, 3
     check_installed()
     info = banner(f"stacks ({args.stack})", args)
+    sides = SIDES + ((NO_DEADLINE,) if args.no_deadline_too else ())
     with cluster(args.segment, args.pin) as local, tempfile.TemporaryDirectory() as tmp:
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -355,16 +541,27 @@ def main() -> None:
 
             def make(side: str) -> Loops:
                 return LMCacheLoops(side, local, loop, args.chunks, args.tokens)
+        elif args.stack == "vllm":
+            block = 2 * 32 * args.heads * 64 * 2
+            what = (f"{args.blocks} blocks of 32 tokens, {args.layers} layers of "
+                    f"{block >> 10} KiB each ({args.layers * block >> 10} KiB a key)")  # fmt: skip
+
+            def make(side: str) -> Loops:
+                saves = args.repeat
+                return VLLMLoops(side, local, args.blocks, args.layers, args.heads, saves)
         else:
             what = f"{args.pages} pages of 2 x 128 KiB"
 
             def make(side: str) -> Loops:
                 return SGLangLoops(side, local, Path(tmp), args.pages)
 
-        sets = mirrored_sets(SIDES, make, args.instances)
+        sets = mirrored_sets(sides, _without_deadline(make), args.instances)
         try:
             measure(sets, 2 * len(sets), 1)  # warm-up: connections, the segment's pages
+            for loops in (lo for s in sets for lo in s.values() if isinstance(lo, VLLMLoops)):
+                loops.failed, loops.codes = dict.fromkeys(loops.names, 0), set()
             times = measure(sets, args.rounds, args.repeat)
+            failed = _failures(sets)
         finally:
             for sides in sets:
                 for loops in sides.values():
@@ -373,9 +570,24 @@ def main() -> None:
             thread.join(5)
     title = f"\n{args.stack}: {what}, {args.rounds} rounds (median of {args.repeat} reads each)"
     cells = report(times, title)
-    write_json(
-        f"stacks-{args.stack}", {"args": vars(args) | {"out": None}, "cells": cells}, args.out, info
-    )
+    for side, (counts, codes) in failed.items():
+        print(f"{side}: calls that failed {counts}, codes {sorted(codes)}")
+    failures = {side: {"calls": c, "codes": sorted(k)} for side, (c, k) in failed.items()}
+    out = {"args": vars(args) | {"out": None}, "cells": cells, "failed": failures}
+    write_json(f"stacks-{args.stack}", out, args.out, info)
+
+
+def _failures(sets: list[dict[str, Loops]]) -> dict[str, tuple[dict[str, int], set[int]]]:
+    """Per side, the calls of the vLLM loops that answered a failure, and their codes."""
+    out: dict[str, tuple[dict[str, int], set[int]]] = {}
+    for s in sets:
+        for side, loops in s.items():
+            if isinstance(loops, VLLMLoops):
+                counts, codes = out.setdefault(side, (dict.fromkeys(loops.names, 0), set()))
+                for name, n in loops.failed.items():
+                    counts[name] += n
+                codes |= loops.codes
+    return out
 
 
 if __name__ == "__main__":
