@@ -88,8 +88,10 @@ def wait_for_teardowns_at_exit() -> None:
 def shorten_mooncake_timeouts(op_timeout: float) -> None:
     """Make Mooncake's RPC waits no longer than a client's deadline, at the source.
 
-    Mooncake reads ``MC_RPC_TIMEOUT_MS`` (a master RPC) from the environment when the first
-    client of the process is set up; a value already set is kept.
+    Mooncake reads ``MC_RPC_TIMEOUT_MS`` (a master RPC) from the environment when each
+    client is set up, so it holds for every client of the process set up after it, of this
+    package or Mooncake's class, and those then arm a timer per master RPC (one
+    ``timerfd_settime``, bench/RESULTS.md); a value already set is kept.
 
     ``MC_TCP_STATUS_TIMEOUT_SEC`` is left alone, on purpose: it also bounds how long a TCP
     write waits for the storage node's acknowledgement once its last byte has left the
