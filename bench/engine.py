@@ -75,7 +75,12 @@ def _measure(
     reps: int,
     seeds: Any,
     server: LMCacheServer | None = None,
+    unstored: list[int] | None = None,
 ) -> list[dict[str, Any]]:
+    """Cold, then served, for ``reps`` new prompts of each length; a prompt whose KV was
+    not stored within STORED_S is left out, its length added to ``unstored``."""
+    if unstored is None:
+        unstored = []
     rows = []
     for _ in range(reps):
         for length in lengths:
@@ -85,14 +90,19 @@ def _measure(
             units = length // UNIT[route]
             kv_bytes = 0
             if route != "v":  # route v stores nothing: its hit is in the engine's memory
-                after = wait_for(
-                    lambda b=before, u=units: (
-                        (s := cluster_sizes(local)) and len(s) - len(b) >= u and s
-                    ),
-                    STORED_S,
-                    f"{units} keys of a {length}-token prompt stored",
-                    interval=0.3,
-                )
+                try:
+                    after = wait_for(
+                        lambda b=before, u=units: (
+                            (s := cluster_sizes(local)) and len(s) - len(b) >= u and s
+                        ),
+                        STORED_S,
+                        f"{units} keys of a {length}-token prompt stored",
+                        interval=0.3,
+                    )
+                except AssertionError as exc:  # a save that failed (its deadline, say)
+                    print(f"# {route}: {exc}; prompt left out", flush=True)
+                    unstored.append(length)
+                    continue
                 kv_bytes = sum(size for key, size in after.items() if key not in before)
             if server is not None:
                 server.clear()
@@ -120,6 +130,7 @@ def main() -> int:
     info = banner("engine", args)
     results: dict[str, list[dict[str, Any]]] = {}
     starts: dict[str, list[float]] = {}
+    left_out: dict[str, list[int]] = {}  # per route/store, lengths of prompts not stored
     seeds = iter(range(100_000, 10_000_000))
     max_len = max(lengths) + 64
     with tempfile.TemporaryDirectory(prefix="mcs-bench-engine-") as tmp:
@@ -150,7 +161,15 @@ def main() -> int:
                                 f"# route a, {impl}, turn {turn}: engine up in {e.ready_s:.0f} s",
                                 flush=True,
                             )
-                            rows = _measure(e, local, "a", lengths, args.reps, seeds)
+                            rows = _measure(
+                                e,
+                                local,
+                                "a",
+                                lengths,
+                                args.reps,
+                                seeds,
+                                unstored=left_out.setdefault(f"a/{impl}", []),
+                            )
                             results.setdefault(f"a/{impl}", []).extend(rows)
             if "v" in routes:
                 log = base / "vllm-v.log"
@@ -169,7 +188,16 @@ def main() -> int:
                     ) as e:
                         starts["b/lmcache"] = [e.ready_s or 0.0]
                         print(f"# route b: engine up in {e.ready_s:.0f} s", flush=True)
-                        rows = _measure(e, local, "b", lengths, args.reps, seeds, server)
+                        rows = _measure(
+                            e,
+                            local,
+                            "b",
+                            lengths,
+                            args.reps,
+                            seeds,
+                            server,
+                            left_out.setdefault("b/lmcache", []),
+                        )
                         results["b/lmcache"] = rows
                 finally:
                     server.stop()
@@ -212,12 +240,16 @@ def main() -> int:
         table_rows,
         "Time to first token: cold (prefill) vs served from Mooncake (median over prompts)",
     )
+    for name, lengths_out in left_out.items():
+        if lengths_out:
+            print(f"# {name}: {len(lengths_out)} prompts not stored, left out: {lengths_out}")
     write_json(
         "engine",
         {
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "model": MODEL,
             "engine_start_s": starts,
+            "left_out": left_out,
             "results": results,
             "table": text,
         },
