@@ -173,23 +173,35 @@ def test_a_lookup_does_not_promise_the_keys_of_a_frozen_storage_node(local, stor
 def test_a_data_calls_default_deadline_grows_with_the_bytes_it_moves(local, store):
     """Under fail-open a data call's deadline is DEADLINE plus PER_MIB per MiB it moves
     (a 96 MiB load of a long prompt's KV gets 8 s on a loaded machine, not 2), counted over
-    every part of a multi-part value; calls on keys alone keep DEADLINE."""
-    from mooncake_cffi._capi.marshal import Packed
-    from mooncake_cffi.status import OP_GET, OP_PUT
+    every part of a multi-part value; a store given its own op_timeout keeps it as it is."""
     from mooncake_cffi.store.fail_open import PER_MIB
 
     calls = store._x.calls
     mib = 1 << 20
-    buf = bytearray(16)
-    addr = ctypes.addressof((ctypes.c_char * 16).from_buffer(buf))
-    one = Packed(OP_GET, ["k"], [addr], [96 * mib], addresses=True)
-    assert calls._limit(one) == pytest.approx(DEADLINE + 96 * PER_MIB)
-    parts = Packed(
-        OP_PUT, ["a", "b"], [[addr] * 3, [addr]], [[mib] * 3, [2 * mib]], addresses=True, parts=True
-    )
-    assert calls._limit(parts) == pytest.approx(DEADLINE + 5 * PER_MIB)
-    assert calls._limit(Packed(OP_EXISTS, ["k"])) == pytest.approx(DEADLINE)
-    # a store given its own op_timeout keeps it as it is, as does fail_open: false
+
+    class Batch:  # what the limit reads of a private batch: the bytes it moves
+        def __init__(self, nbytes: int) -> None:
+            self.nbytes = nbytes
+
+        def payload(self) -> int:
+            return self.nbytes
+
+    assert calls._limit(Batch(96 * mib)) == pytest.approx(DEADLINE + 96 * PER_MIB)
+    assert calls._limit(Batch(0)) == pytest.approx(DEADLINE)
+    # the bytes a real multi-part write moves: 3 parts of 1 MiB and one of 2 MiB
+    bufs = [bytearray(mib) for _ in range(3)] + [bytearray(2 * mib)]
+    ptrs = [ctypes.addressof((ctypes.c_char * len(b)).from_buffer(b)) for b in bufs]
+    keys = [f"parts-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    seen: list[float] = []
+    real = calls._limit
+    calls._limit = lambda packed: seen.append(packed.payload()) or real(packed)  # type: ignore[method-assign]
+    try:
+        assert store.batch_put_from_multi_buffers(
+            keys, [ptrs[:3], ptrs[3:]], [[mib] * 3, [2 * mib]]
+        ) == [0, 0]
+    finally:
+        del calls._limit
+    assert seen == [5 * mib], seen
     other = MooncakeDistributedStore()
     assert other.setup(local.client_config(op_timeout=5)) == 0
     try:
