@@ -393,6 +393,110 @@ void test_close_waits_for_threads_inside_calls() {
 
 }  // namespace
 
+// A timed call whose deadline passes while its batch is still queued is
+// withdrawn: it fails saying nothing was sent, and its completion comes at
+// once, while the call ahead of it (inside Mooncake) still holds the worker.
+void test_timed_out_queued_batch_is_withdrawn() {
+    mcs_lanes lanes{};
+    lanes.retrieve = 1;
+    Fixture f(lanes);
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["a"] = "aaaa";
+        f.store->data["b"] = "bbbb";
+    }
+    f.store->block_gets = true;
+    char out_a[16], out_b[16];
+    void *buf_a[] = {out_a}, *buf_b[] = {out_b};
+    uint64_t size16[] = {16};
+    int64_t res_a = 0, res_b = 0;
+    Keys ka({"a"}), kb({"b"});
+    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
+    first.timeout_ms = 300;  // time enough for the worker to take it
+    uint64_t id_a = 0, id_b = 0;
+    CHECK(f.run_batch(first, &id_a) == MCS_E_TIMEOUT);  // inside Mooncake: it goes on
+    CHECK(f.store->get_calls.load() == 1);
+    mcs_batch second = make_batch(MCS_OP_GET, kb, buf_b, size16, &res_b);
+    second.timeout_ms = 50;
+    int rc = 0;
+    std::string msg;
+    try {
+        f.engine->submit(second, true, &id_b);
+    } catch (const mcs::Error &e) {
+        rc = e.code;
+        msg = e.what();
+    }
+    CHECK(rc == MCS_E_TIMEOUT);
+    CHECK(msg.find("did not start") != std::string::npos);
+    CHECK(msg.find("1 of them held by calls whose callers had timed out") != std::string::npos);
+    auto got = f.drain_all(1, 2s);  // the withdrawn one, while the first is still blocked
+    CHECK(got.size() == 1 && got[0].id == id_b);
+    if (got.size() == 1) {
+        CHECK(got[0].timed_out == 1 && got[0].first_error == MCS_E_TIMEOUT);
+        CHECK(got[0].n_failed == 1 && got[0].status == 0);
+    }
+    CHECK(res_b == MCS_E_TIMEOUT);
+    CHECK(f.store->get_calls.load() == 1);  // "b" never reached Mooncake
+    mcs_lane_stats st{};
+    f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+    CHECK(st.running == 1 && st.abandoned == 1 && st.withdrawn == 1 && st.queued == 0);
+    f.store->block_gets = false;
+    got = f.drain_all(1);
+    CHECK(got.size() == 1 && got[0].id == id_a && res_a == 4);
+    // The worker counts the call ended just after its completion is posted.
+    CHECK(wait_until([&] {
+        f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+        return st.running == 0 && st.abandoned == 0 && st.pending == 0;
+    }));
+}
+
+// Small reads take turns (one Mooncake call at a time per lane); a small
+// read whose caller timed out gives its turn up, so the next one runs on
+// another worker instead of waiting behind a call nobody waits for.
+void test_timed_out_small_read_gives_up_its_turn() {
+    mcs_lanes lanes{};
+    lanes.retrieve = 2;
+    Fixture f(lanes);
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["a"] = "aaaa";
+        f.store->data["b"] = "bbbb";
+    }
+    f.store->block_gets = true;
+    char out_a[16], out_b[16];
+    void *buf_a[] = {out_a}, *buf_b[] = {out_b};
+    uint64_t size16[] = {16};
+    int64_t res_a = 0, res_b = 0;
+    Keys ka({"a"}), kb({"b"});
+    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
+    first.timeout_ms = 300;
+    CHECK(f.run_batch(first) == MCS_E_TIMEOUT);
+    CHECK(f.store->get_calls.load() == 1);
+    uint64_t id_b = 0;
+    CHECK(f.submit(MCS_OP_GET, kb, buf_b, size16, &res_b, &id_b) == 0);
+    // "b" starts on the second worker while "a" still blocks the first.
+    CHECK(wait_until([&] { return f.store->get_calls.load() == 2; }, 5s));
+    f.store->block_gets = false;
+    auto got = f.drain_all(2);
+    CHECK(got.size() == 2 && res_a == 4 && res_b == 4);
+    mcs_lane_stats st{};
+    CHECK(wait_until([&] {
+        f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+        return st.running == 0 && st.abandoned == 0;
+    }));
+    CHECK(st.withdrawn == 0);
+    // Turns are whole again: small reads still take one at a time.
+    f.store->block_gets = true;
+    int64_t r1 = 0, r2 = 0;
+    uint64_t i1 = 0, i2 = 0;
+    CHECK(f.submit(MCS_OP_GET, ka, buf_a, size16, &r1, &i1) == 0);
+    CHECK(wait_until([&] { return f.store->get_calls.load() == 3; }, 5s));
+    CHECK(f.submit(MCS_OP_GET, kb, buf_b, size16, &r2, &i2) == 0);
+    CHECK(!wait_until([&] { return f.store->get_calls.load() > 3; }, 100ms));
+    f.store->block_gets = false;
+    CHECK(f.drain_all(2).size() == 2 && r1 == 4 && r2 == 4);
+}
+
 int main() {
     return run_tests({
         {"round_trip_through_every_op", test_round_trip_through_every_op},
@@ -411,5 +515,7 @@ int main() {
         {"close_drains_accepted_work_and_refuses_more",
          test_close_drains_accepted_work_and_refuses_more},
         {"close_waits_for_threads_inside_calls", test_close_waits_for_threads_inside_calls},
+        {"timed_out_queued_batch_is_withdrawn", test_timed_out_queued_batch_is_withdrawn},
+        {"timed_out_small_read_gives_up_its_turn", test_timed_out_small_read_gives_up_its_turn},
     });
 }
