@@ -717,12 +717,11 @@ MCS_API int mcs_client_set_replica_options(mcs_client *c, const struct mcs_repli
  * completion (timed_out = 1) is drained, exactly as after mcs_client_submit().
  * What "goes on" is only what Mooncake already runs: tiles still queued at
  * the deadline are withdrawn (their keys answer MCS_E_TIMEOUT in the
- * completion, nothing of them is sent), and a running small read gives up
- * its lane's one-at-a-time turn, so a burst of timed-out calls does not make
- * later calls wait behind work nobody waits for.  A running tile keeps its
- * worker until Mooncake returns (mcs_lane_stats.abandoned counts them); a
- * call finding every worker so held waits in the queue and fails at its own
- * deadline, saying so. */
+ * completion, nothing of them is sent; the completion may be posted before
+ * this returns), so a burst of timed-out calls leaves no queue of work
+ * nobody waits for.  A running tile keeps its worker until Mooncake returns
+ * (mcs_lane_stats.abandoned counts them); a call queued behind such tiles
+ * fails at its own deadline, saying so ("did not start"). */
 MCS_API int mcs_client_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
 
 /* One key, run like a one-key mcs_client_run() without a deadline: the call for

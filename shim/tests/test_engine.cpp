@@ -450,51 +450,50 @@ void test_timed_out_queued_batch_is_withdrawn() {
     }));
 }
 
-// Small reads take turns (one Mooncake call at a time per lane); a small
-// read whose caller timed out gives its turn up, so the next one runs on
-// another worker instead of waiting behind a call nobody waits for.
-void test_timed_out_small_read_gives_up_its_turn() {
+// Calls that time out in the queue leave nothing behind: once the call
+// ahead of them ends, the next call runs at once, and none of theirs reaches
+// Mooncake (coalescing off, so each would be a call of its own).
+void test_timed_out_calls_leave_no_queue() {
     mcs_lanes lanes{};
-    lanes.retrieve = 2;
+    lanes.retrieve = 1;
+    lanes.coalesce_keys = 1;
     Fixture f(lanes);
     {
         std::lock_guard<std::mutex> lk(f.store->mu);
-        f.store->data["a"] = "aaaa";
-        f.store->data["b"] = "bbbb";
+        for (int i = 0; i < 5; i++) f.store->data["k" + std::to_string(i)] = "vvvv";
     }
     f.store->block_gets = true;
-    char out_a[16], out_b[16];
-    void *buf_a[] = {out_a}, *buf_b[] = {out_b};
+    std::vector<std::vector<char>> out(5, std::vector<char>(16));
+    std::vector<void *> bufs;
+    for (auto &o : out) bufs.push_back(o.data());
     uint64_t size16[] = {16};
-    int64_t res_a = 0, res_b = 0;
-    Keys ka({"a"}), kb({"b"});
-    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
-    first.timeout_ms = 300;
-    CHECK(f.run_batch(first) == MCS_E_TIMEOUT);
+    std::vector<int64_t> res(5, 0);
+    std::vector<Keys> keys;
+    for (int i = 0; i < 5; i++)
+        keys.emplace_back(std::vector<std::string>{"k" + std::to_string(i)});
+    auto timed = [&](int i, int ms) {
+        mcs_batch b =
+            make_batch(MCS_OP_GET, keys[size_t(i)], &bufs[size_t(i)], size16, &res[size_t(i)]);
+        b.timeout_ms = ms;
+        return f.run_batch(b);
+    };
+    CHECK(timed(0, 300) == MCS_E_TIMEOUT);  // inside Mooncake, blocked
     CHECK(f.store->get_calls.load() == 1);
-    uint64_t id_b = 0;
-    CHECK(f.submit(MCS_OP_GET, kb, buf_b, size16, &res_b, &id_b) == 0);
-    // "b" starts on the second worker while "a" still blocks the first.
-    CHECK(wait_until([&] { return f.store->get_calls.load() == 2; }, 5s));
+    std::vector<std::thread> callers;  // three more, from threads, queued behind it
+    std::atomic<int> timeouts{0};
+    for (int i = 1; i <= 3; i++)
+        callers.emplace_back([&, i] { timeouts += timed(i, 50) == MCS_E_TIMEOUT ? 1 : 0; });
+    for (auto &t : callers) t.join();
+    CHECK(timeouts.load() == 3);
+    CHECK(f.drain_all(3, 2s).size() == 3);  // withdrawn: completed while "k0" still blocks
     f.store->block_gets = false;
-    auto got = f.drain_all(2);
-    CHECK(got.size() == 2 && res_a == 4 && res_b == 4);
+    CHECK(f.drain_all(1).size() == 1 && res[0] == 4);
+    CHECK(timed(4, 5000) == 0 && res[4] == 4);
+    CHECK(f.store->get_calls.load() == 2);  // k0 and k4 only
+    for (int i = 1; i <= 3; i++) CHECK(res[size_t(i)] == MCS_E_TIMEOUT);
     mcs_lane_stats st{};
-    CHECK(wait_until([&] {
-        f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
-        return st.running == 0 && st.abandoned == 0;
-    }));
-    CHECK(st.withdrawn == 0);
-    // Turns are whole again: small reads still take one at a time.
-    f.store->block_gets = true;
-    int64_t r1 = 0, r2 = 0;
-    uint64_t i1 = 0, i2 = 0;
-    CHECK(f.submit(MCS_OP_GET, ka, buf_a, size16, &r1, &i1) == 0);
-    CHECK(wait_until([&] { return f.store->get_calls.load() == 3; }, 5s));
-    CHECK(f.submit(MCS_OP_GET, kb, buf_b, size16, &r2, &i2) == 0);
-    CHECK(!wait_until([&] { return f.store->get_calls.load() > 3; }, 100ms));
-    f.store->block_gets = false;
-    CHECK(f.drain_all(2).size() == 2 && r1 == 4 && r2 == 4);
+    f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+    CHECK(st.withdrawn == 3 && st.abandoned == 0 && st.queued == 0);
 }
 
 int main() {
@@ -516,6 +515,6 @@ int main() {
          test_close_drains_accepted_work_and_refuses_more},
         {"close_waits_for_threads_inside_calls", test_close_waits_for_threads_inside_calls},
         {"timed_out_queued_batch_is_withdrawn", test_timed_out_queued_batch_is_withdrawn},
-        {"timed_out_small_read_gives_up_its_turn", test_timed_out_small_read_gives_up_its_turn},
+        {"timed_out_calls_leave_no_queue", test_timed_out_calls_leave_no_queue},
     });
 }

@@ -211,18 +211,14 @@ void Lane::worker_loop() {
         take(first);
         const int op = first.batch->op;
         const bool was_small = small(first);
-        // The batches of this call, each told whether the call holds the
-        // small-read turn, which abandon() may take back meanwhile.
+        // The batches of this call: abandon() counts its tiles as held for
+        // callers that are gone.
         std::vector<std::shared_ptr<Batch>> in_call;
         if (group.empty())
             in_call.push_back(tile.batch);
         else
             for (const Tile &t : group) in_call.push_back(t.batch);
-        auto turn = was_small ? std::make_shared<bool>(true) : nullptr;
-        for (auto &b : in_call) {
-            b->running_tiles++;
-            if (turn) b->small_turn = turn;
-        }
+        for (auto &b : in_call) b->running_tiles++;
         lk.unlock();
         if (group.empty()) {
             engine_->run_tile(tile);
@@ -233,11 +229,10 @@ void Lane::worker_loop() {
         }
         lk.lock();
         running_--;
-        if (turn && *turn) small_running_[op]--;
+        if (was_small) small_running_[op]--;
         for (auto &b : in_call) {
             b->running_tiles--;
             if (b->caller_gone) abandoned_running_--;
-            if (b->small_turn == turn) b->small_turn.reset();
         }
         Wake w = wake_after_give();
         lk.unlock();
@@ -249,31 +244,22 @@ void Lane::worker_loop() {
 
 Lane::Abandoned Lane::abandon(const std::shared_ptr<Batch> &b) {
     Abandoned out;
-    Wake w = Wake::kNone;
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!b->caller_gone) {
-            b->caller_gone = true;
-            abandoned_running_ += b->running_tiles;
-        }
-        if (b->small_turn && *b->small_turn) {
-            *b->small_turn = false;  // its worker no longer counts it at the end
-            small_running_[b->op]--;
-            if (running_ < workers_ && next_runnable() != queue_.end()) w = Wake::kOne;
-        }
-        for (auto it = queue_.begin(); it != queue_.end();) {
-            if (it->batch == b) {
-                out.withdrawn.push_back(std::move(*it));
-                it = queue_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        withdrawn_ += out.withdrawn.size();
-        out.workers = workers_;
-        out.held = abandoned_running_;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!b->caller_gone) {
+        b->caller_gone = true;
+        abandoned_running_ += b->running_tiles;
     }
-    notify(w);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+        if (it->batch == b) {
+            out.withdrawn.push_back(std::move(*it));
+            it = queue_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    withdrawn_ += out.withdrawn.size();
+    out.workers = workers_;
+    out.held = abandoned_running_;
     return out;
 }
 

@@ -68,9 +68,8 @@ struct Batch {
     std::condition_variable cv;
 
     // Guarded by the lane's mutex (Lane::abandon and the workers).
-    uint32_t running_tiles = 0;        // tiles of this batch inside Mooncake now
-    bool caller_gone = false;          // Lane::abandon() saw it
-    std::shared_ptr<bool> small_turn;  // its running small read's hold on the lane's turn
+    uint32_t running_tiles = 0;  // tiles of this batch inside Mooncake now
+    bool caller_gone = false;    // Lane::abandon() saw it
 };
 
 struct Tile {
@@ -104,11 +103,10 @@ public:
     // Gives the slot back and counts the call as finished() counts a batch.
     void exit_direct(int op, bool small, double latency_us, bool failed);
     // The caller of a timed batch stopped waiting (Engine::submit): its tiles
-    // still queued are taken out and returned (the caller completes them
-    // unrun), and a small read of it inside Mooncake gives up the lane's
-    // one-at-a-time turn for small reads, so later reads do not wait behind
-    // a transfer nobody waits for.  A running tile keeps its worker until
-    // Mooncake returns (a Mooncake call cannot be cancelled).
+    // still queued are taken out and returned, for the caller to complete
+    // unrun, so the queue holds no work nobody waits for.  A running tile
+    // keeps its worker (and, a small read, the lane's turn for small reads)
+    // until Mooncake returns: a Mooncake call cannot be cancelled.
     struct Abandoned {
         std::vector<Tile> withdrawn;
         uint32_t workers = 0;  // the lane's, and of them,
