@@ -5,8 +5,9 @@ Root only (it builds a namespace topology: master and metadata on ``m0``, the st
 the shared pool of 4 workers), seeds values over the clean link, limits ``c0``'s link to
 ``--mbit`` Mbit/s (50 by default) and then, with ``--threads`` callers (3):
 
-1. *before*: reads (or writes) of ``--small`` MiB values with a deadline of ``--deadline`` s,
-   each fitting its deadline: the link's rate as callers see it;
+1. *before*: reads (``--op``: ``get_into`` by default, or ``get``), or writes (``put``), of
+   ``--small`` MiB values with a deadline of ``--deadline`` s, each fitting its deadline:
+   the link's rate as callers see it;
 2. *burst*: reads (or writes) of ``--big`` MiB values with a deadline of ``--short`` s, far
    shorter than their transfers: every call times out, and each caller tries again at once;
 3. *after*: the calls of *before* again, on the same client (``--heal`` lifts the rate
@@ -15,7 +16,8 @@ the shared pool of 4 workers), seeds values over the clean link, limits ``c0``'s
 It reports, per phase, calls, timeouts and the worst overrun of a call past its deadline;
 for *after*, the successful bytes per second in 2 s windows, the time until they reach 80 %
 of *before*'s rate (and stay there for two windows), and the lane's occupancy over the run
-(running and queued tiles, ``in_flight`` batches), sampled every 0.25 s.
+(running tiles, those of them whose callers had gone, queued tiles, ``in_flight``
+batches), sampled every 0.25 s.
 
     sudo .venv/bin/python bench/recovery.py                 # ~3 min: 3 rounds of reads
     sudo .venv/bin/python bench/recovery.py --op put --rounds 2
@@ -57,7 +59,8 @@ def sampler():
         busy = [s for s in st.values() if s.get("workers")]
         samples.append([round(time.monotonic() - t0, 3),
                         sum(s["running"] for s in busy), sum(s["queued"] for s in busy),
-                        sum(s["pending"] for s in busy), client.in_flight])
+                        sum(s["pending"] for s in busy), client.in_flight,
+                        sum(s.get("abandoned", 0) for s in busy)])
 
 threading.Thread(target=sampler, daemon=True).start()
 pools = {}
@@ -81,6 +84,10 @@ def phase(op, pool, seconds, timeout, threads):
                 if op == "get":
                     got = client.get(keys[i % len(keys)], timeout=timeout)
                     outcome = "ok" if got == value else ("miss" if got is None else "wrong")
+                elif op == "get_into":  # a fresh buffer: a timed-out read may still fill it
+                    buf = bytearray(size)
+                    r = client.get_into([keys[i % len(keys)]], [buf], timeout=timeout)[0]
+                    outcome = "ok" if r == size and buf == value else f"result {r}"
                 else:
                     key = f"{pool}-w-{os.getpid()}-{n}-{i}"
                     client.put(key, value, timeout=timeout)
@@ -244,7 +251,13 @@ def one_round(t: Topology, cluster: LocalCluster, args: Any) -> dict[str, Any]:
 def main() -> None:
     p = parser(__doc__.split("\n\n")[0])
     p.set_defaults(segment="1 GB")
-    p.add_argument("--op", choices=("get", "put"), default="get")
+    p.add_argument(
+        "--op",
+        choices=("get_into", "get", "put"),
+        default="get_into",
+        help="get_into: reads into the caller's buffers (one Mooncake read each; default); "
+        "get: Client.get (large values are sized first); put: writes of fresh keys",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=3, help="callers (default 3)")
     p.add_argument("--mbit", type=float, default=50.0, help="c0's link rate (default 50)")
