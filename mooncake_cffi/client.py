@@ -500,7 +500,9 @@ class Client:
         (``lookup``, ``retrieve``, ``store``, ``delete``, ``shared``).  A lane served by the
         shared pool reports ``workers == 0`` and counts the operations routed to it; the
         ``shared`` lane counts what its threads ran.  ``merged`` counts Mooncake calls that
-        served several queued batches."""
+        served several queued batches; ``abandoned``, of the ``running`` tiles, those whose
+        caller timed out (each holds its worker until Mooncake returns); ``withdrawn``, the
+        tiles of timed-out calls taken out of the queue unrun."""
         return counters.lane_stats(self._native.checked())
 
     def op_stats(self) -> dict[str, dict[str, Any]]:

@@ -260,7 +260,8 @@ struct mcs_batch {
     int32_t flags;                             /* enum mcs_flags */
     int32_t timeout_ms;                        /* mcs_client_run(): give up waiting after this long
                                                   (MCS_E_TIMEOUT; the batch goes on and posts
-                                                  a completion).  <= 0: wait until done. */
+                                                  a completion, its tiles not yet started
+                                                  withdrawn).  <= 0: wait until done. */
     uint64_t n;                                /* number of keys, >= 1 */
     const char *key_data;                      /* packed key bytes (copied) */
     uint64_t key_bytes;                        /* size of key_data; no key may reach past it */
@@ -401,6 +402,13 @@ struct mcs_lane_stats {
     double p99_us;
     double max_us;
     uint64_t merged; /* Mooncake calls that served several batches */
+    /* Later within ABI 3: */
+    uint32_t abandoned; /* of `running`: tiles of batches whose mcs_client_run()
+                           caller stopped waiting (a Mooncake call cannot be
+                           cancelled: each holds its worker until it returns) */
+    uint32_t reserved;
+    uint64_t withdrawn; /* tiles never run: still queued when their caller
+                           stopped waiting (nothing of them was sent) */
 };
 
 /* Counters of one operation (mcs_client_op_stats), whichever lane ran it.
@@ -706,7 +714,14 @@ MCS_API int mcs_client_set_replica_options(mcs_client *c, const struct mcs_repli
  * batch->timeout_ms > 0, a batch not done in time makes this return
  * MCS_E_TIMEOUT with its id in *id_out (id_out may be NULL otherwise): the
  * batch goes on, its buffers and arrays must then stay valid until its
- * completion (timed_out = 1) is drained, exactly as after mcs_client_submit(). */
+ * completion (timed_out = 1) is drained, exactly as after mcs_client_submit().
+ * What "goes on" is only what Mooncake already runs: tiles still queued at
+ * the deadline are withdrawn (their keys answer MCS_E_TIMEOUT in the
+ * completion, nothing of them is sent; the completion may be posted before
+ * this returns), so a burst of timed-out calls leaves no queue of work
+ * nobody waits for.  A running tile keeps its worker until Mooncake returns
+ * (mcs_lane_stats.abandoned counts them); a call queued behind such tiles
+ * fails at its own deadline, saying so ("did not start"). */
 MCS_API int mcs_client_run(mcs_client *c, uint64_t *id_out, const struct mcs_batch *batch);
 
 /* One key, run like a one-key mcs_client_run() without a deadline: the call for

@@ -41,7 +41,7 @@ MiB = 1 << 20
 # The client process: one JSON command per line in, one JSON answer per line out.  Values are
 # derived from their key and size, so every read is checked against what was written.
 WORKER = r"""
-import asyncio, hashlib, json, os, random, sys, time
+import asyncio, hashlib, json, os, random, sys, threading, time
 import mooncake_cffi as mc
 from mooncake_cffi import AsyncClient, Client, MooncakeError
 
@@ -93,7 +93,31 @@ def run(op, keys=(), size=0, **kw):
         return c.in_flight
     if op == "workload":
         return workload(**kw)
+    if op == "parallel":
+        return parallel(keys, size, **kw)
     raise ValueError(op)
+
+def parallel(keys, size, call, threads, repeat, **kw):
+    # `call` from `threads` threads at once, `repeat` times each, on keys taken in turn:
+    # each call's error name (or "ok"), message and time.
+    out, lock = [], threading.Lock()
+    def one(n):
+        for r in range(repeat):
+            start = time.monotonic()
+            try:
+                run(call, [keys[(n + r * threads) % len(keys)]], size, **kw)
+                answer = {"result": "ok"}
+            except MooncakeError as exc:
+                answer = {"error": exc.name, "message": str(exc)[:300]}
+            answer["took"] = time.monotonic() - start
+            with lock:
+                out.append(answer)
+    ts = [threading.Thread(target=one, args=(n,)) for n in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
 
 def workload(seconds, seed, sizes):
     # Mixed puts / gets / batch gets / exists / removes on fresh keys for `seconds`: counts
@@ -513,3 +537,56 @@ def test_own_lanes_keep_master_only_calls_answering_while_transfers_hang(net, wo
     for answer in answers:
         assert "error" not in answer and answer["took"] < 0.5, answer
     assert [a["result"] for a in answers] == [True, [True] * 3, 100_000, True, True]
+
+
+def test_timed_out_reads_leave_no_queue_behind_on_a_slow_link(net, worker):
+    """A burst of reads whose deadlines are far shorter than their transfers, on a 50 Mbit/s
+    link (a 16 MiB read takes ~2.7 s), then reads that fit their deadline.
+
+    Mooncake cannot cancel the read that was running when its caller gave up: it keeps its
+    worker until its transfer ends.  The reads still queued behind it are withdrawn at their
+    deadlines ("did not start ... nothing of it was sent"), so the reads after the burst wait
+    for that one transfer at most, not for the burst's: they answer by their deadline all
+    along and succeed again within a few seconds.  (Before, every timed-out read still ran
+    later, each on the link in turn, and the reads after it timed out too, adding their own:
+    the lane stayed busy with work nobody waited for.)"""
+    t, _ = net
+    w = worker(config={"per_op_workers": {"retrieve": 1}}, op_timeout=10.0)
+    tag = f"burst-{os.urandom(3).hex()}"
+    big = [f"{tag}-big-{i}" for i in range(8)]
+    small = f"{tag}-small"
+    assert w.call("batch_put", big, 16 * MiB, timeout=60.0)["result"] == [0] * 8
+    assert w.call("put", [small], MiB, timeout=60.0).get("error") is None
+    t.rate("c0", 50)
+    short, deadline = 0.3, 2.0
+    burst = w.call("parallel", big, 16 * MiB, call="get_into", threads=3, repeat=4, timeout=short)
+    burst = burst["result"]
+    for answer in burst:
+        assert answer.get("error") == "MCS_E_TIMEOUT", answer
+        assert answer["took"] <= short + SLACK, answer
+    ended = time.monotonic()
+    later = []
+    while True:  # reads that fit their deadline, until one succeeds
+        answer = w.call("get_into", [small], MiB, timeout=deadline)
+        later.append(answer)
+        assert answer["took"] <= deadline + SLACK, answer
+        if answer.get("result") == ["match"]:
+            break
+        assert answer.get("error") == "MCS_E_TIMEOUT", answer
+        assert time.monotonic() - ended < 10.0, f"no read succeeded 10 s after the burst: {later}"
+    back = time.monotonic() - ended
+    # The first read of the burst ran; those queued behind it were withdrawn, not run.
+    withdrawn = [a for a in burst if "nothing of it was sent" in a["message"]]
+    assert len(withdrawn) >= len(burst) - 2, [a["message"] for a in burst]
+    for _ in range(3):  # and they go on succeeding
+        again = w.call("get_into", [small], MiB, timeout=deadline)
+        assert again.get("result") == ["match"] and again["took"] <= deadline, again
+    start = time.monotonic()
+    while w.call("in_flight")["result"]:  # withdrawn calls included: none left behind
+        assert time.monotonic() - start < 60, "in_flight still counts a burst call after 60 s"
+        time.sleep(0.2)
+    t.heal()
+    print(
+        f"\n[burst of {len(burst)} timed-out 16 MiB reads at 50 Mbit/s] {len(withdrawn)} withdrawn;"
+        f" a 1 MiB read succeeded {back:.1f} s after the burst ({len(later)} tries)"
+    )

@@ -31,6 +31,8 @@ _LANE_FIELDS = (
     "p99_us",
     "max_us",
     "merged",
+    "abandoned",
+    "withdrawn",
 )
 _OP_FIELDS = (
     "calls",

@@ -189,6 +189,9 @@ class NativeClient:
         self.pending: dict[int, tuple[Packed, Any]] = {}
         #: Batches of blocking calls that timed out: id -> what the shim still borrows.
         self.orphans: dict[int, Packed] = {}
+        #: Completions of timed-out blocking calls drained before the call registered its
+        #: orphan (the shim may end such a batch before the call returns): id -> status.
+        self.ended_early: dict[int, int] = {}
         #: Timed-out writes, for their outcomes (:mod:`.outcome`).
         self.writes = WriteLedger()
         self._closed = False

@@ -262,9 +262,13 @@ class Runner:
             batch_id = int(idp[0])
             write = None if pending_write is None else pending_write(packed, batch_id)
             with native.lock:  # the shim still uses the batch: keep it until it completes
-                native.orphans[batch_id] = packed
                 if write is not None:
                     native.writes.add(write)
+                status = native.ended_early.pop(batch_id, None)
+                if status is None:
+                    native.orphans[batch_id] = packed
+                elif write is not None:  # its completion was drained already
+                    native.writes.ended(batch_id, packed.unpack(), status)
             raise MooncakeTimeoutError(
                 rc, f"{what + ': ' if what else ''}{msg}", None, batch_id, write
             )
@@ -324,9 +328,10 @@ class Runner:
                 if c.timed_out:  # a blocking call gave up on it: only its outcome to tell
                     orphan = native.orphans.pop(bid, None)
                     lib.mcs_client_release(handle, bid)
-                    native.writes.ended(
-                        bid, None if orphan is None else orphan.unpack(), int(c.status)
-                    )
+                    if orphan is None:  # its call has not registered it yet: it will see this
+                        native.ended_early[bid] = int(c.status)
+                        continue
+                    native.writes.ended(bid, orphan.unpack(), int(c.status))
                     continue
                 packed, user = native.pending.pop(bid, (None, None))
                 results = packed.unpack() if packed is not None else []

@@ -393,6 +393,109 @@ void test_close_waits_for_threads_inside_calls() {
 
 }  // namespace
 
+// A timed call whose deadline passes while its batch is still queued is
+// withdrawn: it fails saying nothing was sent, and its completion comes at
+// once, while the call ahead of it (inside Mooncake) still holds the worker.
+void test_timed_out_queued_batch_is_withdrawn() {
+    mcs_lanes lanes{};
+    lanes.retrieve = 1;
+    Fixture f(lanes);
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["a"] = "aaaa";
+        f.store->data["b"] = "bbbb";
+    }
+    f.store->block_gets = true;
+    char out_a[16], out_b[16];
+    void *buf_a[] = {out_a}, *buf_b[] = {out_b};
+    uint64_t size16[] = {16};
+    int64_t res_a = 0, res_b = 0;
+    Keys ka({"a"}), kb({"b"});
+    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
+    first.timeout_ms = 300;  // time enough for the worker to take it
+    uint64_t id_a = 0, id_b = 0;
+    CHECK(f.run_batch(first, &id_a) == MCS_E_TIMEOUT);  // inside Mooncake: it goes on
+    CHECK(f.store->get_calls.load() == 1);
+    mcs_batch second = make_batch(MCS_OP_GET, kb, buf_b, size16, &res_b);
+    second.timeout_ms = 50;
+    int rc = 0;
+    std::string msg;
+    try {
+        f.engine->submit(second, true, &id_b);
+    } catch (const mcs::Error &e) {
+        rc = e.code;
+        msg = e.what();
+    }
+    CHECK(rc == MCS_E_TIMEOUT);
+    CHECK(msg.find("did not start") != std::string::npos);
+    CHECK(msg.find("1 of them held by calls whose callers had timed out") != std::string::npos);
+    auto got = f.drain_all(1, 2s);  // the withdrawn one, while the first is still blocked
+    CHECK(got.size() == 1 && got[0].id == id_b);
+    if (got.size() == 1) {
+        CHECK(got[0].timed_out == 1 && got[0].first_error == MCS_E_TIMEOUT);
+        CHECK(got[0].n_failed == 1 && got[0].status == 0);
+    }
+    CHECK(res_b == MCS_E_TIMEOUT);
+    CHECK(f.store->get_calls.load() == 1);  // "b" never reached Mooncake
+    mcs_lane_stats st{};
+    f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+    CHECK(st.running == 1 && st.abandoned == 1 && st.withdrawn == 1 && st.queued == 0);
+    f.store->block_gets = false;
+    got = f.drain_all(1);
+    CHECK(got.size() == 1 && got[0].id == id_a && res_a == 4);
+    // The worker counts the call ended just after its completion is posted.
+    CHECK(wait_until([&] {
+        f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+        return st.running == 0 && st.abandoned == 0 && st.pending == 0;
+    }));
+}
+
+// Calls that time out in the queue leave nothing behind: once the call
+// ahead of them ends, the next call runs at once, and none of theirs reaches
+// Mooncake (coalescing off, so each would be a call of its own).
+void test_timed_out_calls_leave_no_queue() {
+    mcs_lanes lanes{};
+    lanes.retrieve = 1;
+    lanes.coalesce_keys = 1;
+    Fixture f(lanes);
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        for (int i = 0; i < 5; i++) f.store->data["k" + std::to_string(i)] = "vvvv";
+    }
+    f.store->block_gets = true;
+    std::vector<std::vector<char>> out(5, std::vector<char>(16));
+    std::vector<void *> bufs;
+    for (auto &o : out) bufs.push_back(o.data());
+    uint64_t size16[] = {16};
+    std::vector<int64_t> res(5, 0);
+    std::vector<Keys> keys;
+    for (int i = 0; i < 5; i++)
+        keys.emplace_back(std::vector<std::string>{"k" + std::to_string(i)});
+    auto timed = [&](int i, int ms) {
+        mcs_batch b =
+            make_batch(MCS_OP_GET, keys[size_t(i)], &bufs[size_t(i)], size16, &res[size_t(i)]);
+        b.timeout_ms = ms;
+        return f.run_batch(b);
+    };
+    CHECK(timed(0, 300) == MCS_E_TIMEOUT);  // inside Mooncake, blocked
+    CHECK(f.store->get_calls.load() == 1);
+    std::vector<std::thread> callers;  // three more, from threads, queued behind it
+    std::atomic<int> timeouts{0};
+    for (int i = 1; i <= 3; i++)
+        callers.emplace_back([&, i] { timeouts += timed(i, 50) == MCS_E_TIMEOUT ? 1 : 0; });
+    for (auto &t : callers) t.join();
+    CHECK(timeouts.load() == 3);
+    CHECK(f.drain_all(3, 2s).size() == 3);  // withdrawn: completed while "k0" still blocks
+    f.store->block_gets = false;
+    CHECK(f.drain_all(1).size() == 1 && res[0] == 4);
+    CHECK(timed(4, 5000) == 0 && res[4] == 4);
+    CHECK(f.store->get_calls.load() == 2);  // k0 and k4 only
+    for (int i = 1; i <= 3; i++) CHECK(res[size_t(i)] == MCS_E_TIMEOUT);
+    mcs_lane_stats st{};
+    f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+    CHECK(st.withdrawn == 3 && st.abandoned == 0 && st.queued == 0);
+}
+
 int main() {
     return run_tests({
         {"round_trip_through_every_op", test_round_trip_through_every_op},
@@ -411,5 +514,7 @@ int main() {
         {"close_drains_accepted_work_and_refuses_more",
          test_close_drains_accepted_work_and_refuses_more},
         {"close_waits_for_threads_inside_calls", test_close_waits_for_threads_inside_calls},
+        {"timed_out_queued_batch_is_withdrawn", test_timed_out_queued_batch_is_withdrawn},
+        {"timed_out_calls_leave_no_queue", test_timed_out_calls_leave_no_queue},
     });
 }

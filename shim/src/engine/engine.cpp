@@ -150,7 +150,8 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
     if (id_out) *id_out = b->id;
     Lane *lane = b->lane;
     std::vector<Tile> tiles = split(b);
-    b->remaining.store(uint32_t(tiles.size()));
+    const size_t n_tiles = tiles.size();
+    b->remaining.store(uint32_t(n_tiles));
     if (!sync) {
         lane->push(std::move(tiles));
         return MCS_OK;
@@ -180,17 +181,48 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
                 std::lock_guard<std::mutex> slk(stats_mu_);
                 ops_[b->op].timeouts++;
             }
-            throw Error(MCS_E_TIMEOUT,
-                        std::string(op_name(b->op)) + " of " + std::to_string(b->keys.size()) +
-                            (b->keys.size() == 1 ? " key" : " keys") + " did not finish within " +
-                            std::to_string(in.timeout_ms) + " ms (batch " + std::to_string(b->id) +
-                            " goes on and will post a completion)");
+            Lane::Abandoned gone = lane->abandon(b);
+            const bool none_started = gone.withdrawn.size() == n_tiles;
+            for (const Tile &t : gone.withdrawn) withdraw_tile(t);
+            std::string what = std::string(op_name(b->op)) + " of " +
+                               std::to_string(b->keys.size()) +
+                               (b->keys.size() == 1 ? " key" : " keys");
+            std::string ms = std::to_string(in.timeout_ms) + " ms";
+            if (none_started) {
+                std::string held;
+                if (gone.held)
+                    held = ", " + std::to_string(gone.held) +
+                           " of them held by calls whose callers had timed out (Mooncake "
+                           "cannot cancel a transfer: each ends when it does)";
+                throw Error(MCS_E_TIMEOUT,
+                            what + " did not start within " + ms +
+                                " (it waited in its lane's queue: " + std::to_string(gone.workers) +
+                                " workers" + held + "); nothing of it was sent (batch " +
+                                std::to_string(b->id) + " withdrawn)");
+            }
+            throw Error(MCS_E_TIMEOUT, what + " did not finish within " + ms + " (batch " +
+                                           std::to_string(b->id) +
+                                           " goes on and will post a completion)");
         }
     } else {
         b->cv.wait(lk, [&] { return b->done; });
     }
     if (b->status) throw Error(b->status, b->message);
     return MCS_OK;
+}
+
+// A tile taken back from the queue by Lane::abandon(): its keys answer
+// MCS_E_TIMEOUT, and the batch completes as if it had run.
+void Engine::withdraw_tile(const Tile &t) {
+    Batch &b = *t.batch;
+    for (size_t i = t.begin; i < t.end; i++) b.results[i] = MCS_E_TIMEOUT;
+    {
+        std::lock_guard<std::mutex> lk(b.mu);
+        if (b.message.empty())
+            b.message = "not started before its caller's deadline: nothing of it was sent";
+    }
+    finish_tile(b, t.begin, t.end, std::string());
+    if (b.remaining.fetch_sub(1) == 1) complete(t.batch);
 }
 
 void Engine::complete(const std::shared_ptr<Batch> &b) {

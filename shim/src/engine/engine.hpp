@@ -119,6 +119,7 @@ private:
     void finish_tile(Batch &b, size_t begin, size_t end, const std::string &err);
     // GET / PUT / UPSERT of keys [begin, end) of a batch with multi-part values.
     void run_parts(Batch &b, size_t begin, size_t end, const StrVec *groups, std::string &err);
+    void withdraw_tile(const Tile &t);
     void complete(const std::shared_ptr<Batch> &b);
     void count(const Batch &b, double us, bool failed);
     std::vector<Tile> split(const std::shared_ptr<Batch> &b) const;

@@ -211,6 +211,14 @@ void Lane::worker_loop() {
         take(first);
         const int op = first.batch->op;
         const bool was_small = small(first);
+        // The batches of this call: abandon() counts its tiles as held for
+        // callers that are gone.
+        std::vector<std::shared_ptr<Batch>> in_call;
+        if (group.empty())
+            in_call.push_back(tile.batch);
+        else
+            for (const Tile &t : group) in_call.push_back(t.batch);
+        for (auto &b : in_call) b->running_tiles++;
         lk.unlock();
         if (group.empty()) {
             engine_->run_tile(tile);
@@ -222,12 +230,37 @@ void Lane::worker_loop() {
         lk.lock();
         running_--;
         if (was_small) small_running_[op]--;
-        if (Wake w = wake_after_give(); w != Wake::kNone) {
-            lk.unlock();
-            notify(w);
-            lk.lock();
+        for (auto &b : in_call) {
+            b->running_tiles--;
+            if (b->caller_gone) abandoned_running_--;
+        }
+        Wake w = wake_after_give();
+        lk.unlock();
+        in_call.clear();  // the last references may free batches: not under mu_
+        notify(w);
+        lk.lock();
+    }
+}
+
+Lane::Abandoned Lane::abandon(const std::shared_ptr<Batch> &b) {
+    Abandoned out;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!b->caller_gone) {
+        b->caller_gone = true;
+        abandoned_running_ += b->running_tiles;
+    }
+    for (auto it = queue_.begin(); it != queue_.end();) {
+        if (it->batch == b) {
+            out.withdrawn.push_back(std::move(*it));
+            it = queue_.erase(it);
+        } else {
+            ++it;
         }
     }
+    withdrawn_ += out.withdrawn.size();
+    out.workers = workers_;
+    out.held = abandoned_running_;
+    return out;
 }
 
 // mu_ held.  A tile just stopped running: whom to wake (Lane::notify, once
@@ -301,6 +334,8 @@ void Lane::stats(mcs_lane_stats *out) {
     out->p99_us = hist_.percentile(99);
     out->max_us = hist_.max();
     out->merged = merged_calls_;
+    out->abandoned = abandoned_running_;
+    out->withdrawn = withdrawn_;
 }
 
 }  // namespace mcs

@@ -66,6 +66,10 @@ struct Batch {
     bool abandoned = false;                    // ... and stopped waiting: post a completion
     bool done = false;
     std::condition_variable cv;
+
+    // Guarded by the lane's mutex (Lane::abandon and the workers).
+    uint32_t running_tiles = 0;  // tiles of this batch inside Mooncake now
+    bool caller_gone = false;    // Lane::abandon() saw it
 };
 
 struct Tile {
@@ -98,6 +102,17 @@ public:
     bool enter_direct(int op, bool small);
     // Gives the slot back and counts the call as finished() counts a batch.
     void exit_direct(int op, bool small, double latency_us, bool failed);
+    // The caller of a timed batch stopped waiting (Engine::submit): its tiles
+    // still queued are taken out and returned, for the caller to complete
+    // unrun, so the queue holds no work nobody waits for.  A running tile
+    // keeps its worker (and, a small read, the lane's turn for small reads)
+    // until Mooncake returns: a Mooncake call cannot be cancelled.
+    struct Abandoned {
+        std::vector<Tile> withdrawn;
+        uint32_t workers = 0;  // the lane's, and of them,
+        uint32_t held = 0;     // running tiles of batches whose callers are gone
+    };
+    Abandoned abandon(const std::shared_ptr<Batch> &b);
     // Records a finished batch (its pending slot is freed).
     void finished(double latency_us, bool failed, size_t keys);
     // Lets the workers finish everything queued, then joins them.
@@ -142,6 +157,8 @@ private:
     std::vector<std::thread> threads_;
     uint64_t submitted_ = 0, completed_ = 0, failed_ = 0, keys_ = 0, rejected_ = 0;
     uint64_t merged_calls_ = 0;
+    uint32_t abandoned_running_ = 0;  // running tiles whose batch's caller is gone
+    uint64_t withdrawn_ = 0;          // tiles taken out of the queue by abandon()
     Histogram hist_;
 };
 
