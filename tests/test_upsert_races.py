@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from store_helpers import setup_args
+from test_races import value_of
 
 from mooncake_cffi import Client, ConcurrentWriteError, MooncakeError
 from mooncake_cffi.cluster import LocalCluster
@@ -29,11 +30,6 @@ from mooncake_cffi.errors import CONCURRENT_WRITE_CODES
 
 MIB = 1 << 20
 pytestmark = pytest.mark.slow
-
-
-def value_of(writer: int, key: str, size: int) -> bytes:
-    head = f"{writer}:{key}:".encode()
-    return (head * (size // len(head) + 1))[:size]
 
 
 def _upsert_call(
