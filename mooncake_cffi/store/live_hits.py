@@ -28,7 +28,6 @@ answers from a wheel without these calls, are left as the master gave them.
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import mmap
 import threading
@@ -40,6 +39,7 @@ from typing import Any
 
 from ..status import INVALID_PARAMS, MCS_E_UNSUPPORTED
 from .repair import key_bytes
+from .replicas import ReplicaDescriptor, ReplicaStatus, from_master
 
 __all__ = ["ANSWER_WITHIN", "BURST_GAP", "TRUSTED_FOR", "LiveHits"]
 
@@ -56,26 +56,23 @@ _PAGE = mmap.PAGESIZE
 #: A node not among any lookup's hits for this long (seconds) no longer counts for the
 #: trust above (a node that left the cluster would otherwise never let it start).
 _FORGET_AFTER = 30.0
-#: Mooncake's replica status COMPLETE (only complete replicas are read).
-_COMPLETE = 3
 
 _monotonic = time.monotonic
 
 
-def _memory_endpoints(replicas: list[dict[str, Any]]) -> list[str]:
-    """The storage nodes (``host:port``) of a key's complete memory replicas, as the wheel
-    prints its descriptors (``{"descriptor_variant": {"buffer_descriptor": {...}}}``)."""
-    out = []
-    for r in replicas:
-        status = r.get("status")
-        if isinstance(status, int) and status != _COMPLETE:
-            continue
-        buf = (r.get("descriptor_variant") or {}).get("buffer_descriptor")
-        if buf:
-            endpoint = buf.get("transport_endpoint_")
-            if endpoint:
-                out.append(str(endpoint))
-    return out
+#: Replica statuses whose memory is read: complete, or one the wheel printed as no number.
+_READ = frozenset({ReplicaStatus.COMPLETE, ReplicaStatus.UNDEFINED})
+
+
+def _memory_endpoints(replicas: list[ReplicaDescriptor] | None) -> list[str]:
+    """The storage nodes (``host:port``) of a key's complete memory replicas."""
+    return [
+        endpoint
+        for r in replicas or []
+        if r.is_memory_replica()
+        and r.status in _READ
+        and (endpoint := r.get_memory_descriptor().buffer_descriptor.transport_endpoint)
+    ]
 
 
 class LiveHits:
@@ -132,13 +129,7 @@ class LiveHits:
 
     def confirm_one(self, key: Any) -> int:
         """The answer 1 for ``key``, confirmed: 1, or 0 when its nodes did not answer."""
-        if not self.enabled:
-            return 1
-        verdict = self._run([key_bytes(key)], key)
-        if verdict is None or verdict[0]:
-            return 1
-        self.withheld += 1
-        return 0
+        return self.confirm([key], [1])[0]
 
     def close(self) -> None:
         """Stops the pool, without waiting for a check held by a node (the page stays
@@ -180,16 +171,11 @@ class LiveHits:
     def _check(self, packed: list[bytes]) -> list[bool] | None:
         """On a pool thread: each key's verdict, or None when the master's answer cannot be
         used (the key's 1 then stands)."""
-        rc, text = self._calls.runner.replica_desc(packed)
-        if rc == MCS_E_UNSUPPORTED:
+        found = from_master(self._calls.runner, packed)
+        if found is None:  # the wheel has no replica query
             self.enabled = False
             return None
-        if rc != 0:
-            return None
-        try:
-            per_key = [_memory_endpoints(x or []) for x in json.loads(text)]
-        except (ValueError, AttributeError, TypeError):
-            return None
+        per_key = [_memory_endpoints(x) for x in found]
         now = _monotonic()
         nodes: dict[str, bytes] = {}  # node -> a key to read from it
         with self._lock:

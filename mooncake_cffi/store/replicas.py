@@ -178,11 +178,14 @@ def _from_json(d: dict[str, Any]) -> ReplicaDescriptor:
     return ReplicaDescriptor("unknown", status=status)
 
 
-def from_master(runner: Any, keys: Sequence[str]) -> list[list[ReplicaDescriptor] | None] | None:
+def from_master(
+    runner: Any, keys: Sequence[str | bytes]
+) -> list[list[ReplicaDescriptor] | None] | None:
     """Each key's replicas as the master gives them (None for a key it gave nothing for),
     through ``runner`` (the client's :class:`~mooncake_cffi._capi.runner.Runner`); None when
-    the loaded wheel has no such call.  A failed call answers no descriptors, as Mooncake's."""
-    packed = [k.encode("utf-8", "surrogatepass") for k in keys]
+    the loaded wheel has no such call.  A failed call answers no descriptors, as Mooncake's.
+    Keys are ``str`` or their UTF-8 bytes."""
+    packed = [k if isinstance(k, bytes) else k.encode("utf-8", "surrogatepass") for k in keys]
     if not packed or any(b"\0" in k or not k for k in packed):
         return [None] * len(keys) if packed else []
     rc, text = runner.replica_desc(packed)
