@@ -132,24 +132,18 @@ def main() -> None:
         assert theirs.get(keys[0]) == value
 
         contenders: dict[str, dict[str, Callable[[int], Any]]] = {}
-        for t in threads:
-            contenders[f"get {t}"] = {
-                "ours": lambda i: ours.get(keys[i]),
-                "theirs": lambda i: theirs.get(keys[i]),
-            }
-            contenders[f"exists {t}"] = {
-                "ours": lambda i: ours.exists(keys[i]),
-                "theirs": lambda i: theirs.is_exist(keys[i]),
-            }
-        for t in threads:
-            contenders[f"drop-in get {t}"] = {
-                "ours": lambda i: dropin.get(keys[i]),
-                "theirs": lambda i: theirs.get(keys[i]),
-            }
-            contenders[f"drop-in exists {t}"] = {
-                "ours": lambda i: dropin.is_exist(keys[i]),
-                "theirs": lambda i: theirs.is_exist(keys[i]),
-            }
+        # Client's rows, then the drop-in's: each face's get and exists against Mooncake's
+        faces = {"": (ours.get, ours.exists), "drop-in ": (dropin.get, dropin.is_exist)}
+        for face, (get, exists) in faces.items():
+            for t in threads:
+                contenders[f"{face}get {t}"] = {
+                    "ours": lambda i, get=get: get(keys[i]),
+                    "theirs": lambda i: theirs.get(keys[i]),
+                }
+                contenders[f"{face}exists {t}"] = {
+                    "ours": lambda i, exists=exists: exists(keys[i]),
+                    "theirs": lambda i: theirs.is_exist(keys[i]),
+                }
         pool = ThreadPoolExecutor(16)
         for r in range(args.rounds):
             order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
