@@ -85,7 +85,8 @@ def test_fail_open_is_the_default_and_can_be_turned_off(local, store):
 
 
 @pytest.mark.parametrize("role", ["master", "storage"])
-def test_a_frozen_process_costs_one_bounded_call_then_answers_at_once(local, store, role):
+def test_a_frozen_process_costs_one_bounded_call_then_answers_at_once(local, store, role, caplog):
+    caplog.set_level(logging.WARNING, logger="mooncake_cffi.fail_open")
     key = f"frozen-{role}-{uuid.uuid4().hex[:8]}"
     value = os.urandom(64 << 10)
     assert store.put(key, value) == 0
@@ -109,6 +110,10 @@ def test_a_frozen_process_costs_one_bounded_call_then_answers_at_once(local, sto
     wait_until("the breaker closing", lambda: not store._x.breaker.open, RECOVERY)
     wait_until("the value read again", lambda: store.get(key) == value, RECOVERY)
     assert store.is_exist(key) == 1
+    # the operator is told when calls start failing at once, why, and when they resume
+    said = [r.getMessage() for r in caplog.records if r.name == "mooncake_cffi.fail_open"]
+    assert len(said) >= 2 and "fail at once" in said[0] and "answers again" in said[-1], said
+    assert any(f"({code})" in said[0] for code in (-900, -901, -800)), said
 
 
 def test_a_killed_master_fails_fast_and_a_restarted_one_is_used_again(local, store):

@@ -11,10 +11,15 @@ thread.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from ..status import describe
+
+log = logging.getLogger("mooncake_cffi.fail_open")
 
 __all__ = [
     "DOWN",
@@ -97,6 +102,7 @@ class Breaker:
         self._trip_probe: Callable[[], int] | None = None
         self._every = PROBE_EVERY
         self._closed_at = -FLAPPING
+        self._opened_at = 0.0
 
     def observe(self, started: float, result: Any, probe: Callable[[], int] | None = None) -> None:
         """After a failed call that started at ``started`` (monotonic) and answered
@@ -116,6 +122,13 @@ class Breaker:
             self.code = code
             self.open = True
             self.trips += 1
+            self._opened_at = now
+            log.warning(
+                "the store did not answer (%s): calls fail at once, and the stack "
+                "recomputes, until a probe every %.0f s finds it answering",
+                describe(code),
+                self._every,
+            )
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._watch, name="mooncake-fail-open", daemon=True
@@ -133,6 +146,10 @@ class Breaker:
                 with self._lock:
                     self.open = False
                     self._closed_at = time.monotonic()
+                    log.warning(
+                        "the store answers again: calls resume (they failed at once for %.1f s)",
+                        self._closed_at - self._opened_at,
+                    )
                     self._trip_probe = None
                     self._thread = None
                 return
