@@ -173,6 +173,10 @@ class EngineError(RuntimeError):
     """The engine process failed, answered an error or did not answer in time."""
 
 
+class RequestFailed(EngineError):
+    """The engine answered a request with an error (vLLM failed it) and goes on."""
+
+
 class Engine:
     """One vLLM process (tests/engine_driver.py), in a process group of its own.
 
@@ -234,7 +238,7 @@ class Engine:
             raise EngineError(f"engine exited during {what} ({self.proc.poll()})\n{self._tail()}")
         doc: dict[str, Any] = json.loads(line)
         if "error" in doc:
-            raise EngineError(f"engine: {doc['error']}\n{doc.get('trace', '')}")
+            raise RequestFailed(f"engine: {doc['error']}\n{doc.get('trace', '')}")
         return doc
 
     def generate(
