@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._capi import counters
 from ._capi.binding import set_log_level
 from ._capi.marshal import as_list
-from ._capi.native import NativeClient, positive_seconds, shorten_mooncake_timeouts
+from ._capi.native import NativeClient, mooncake_timeouts_shortened, positive_seconds
 from ._core.batches import Batches, Completion
 from ._core.blocking import BlockingCalls
 from ._core.keys import Keys
@@ -84,8 +84,9 @@ class Client:
             none; a deadline costs a thread hand-off per call); each method's ``timeout=``
             overrides it.  A timed-out call raises :class:`MooncakeTimeoutError`; its batch
             goes on in the shim, which keeps its buffers until it ends (:attr:`in_flight`).
-            It also shortens Mooncake's RPC wait (``MC_RPC_TIMEOUT_MS``) unless it is set;
-            never ``MC_TCP_STATUS_TIMEOUT_SEC`` (a write given up there may land in
+            It also shortens this client's master RPC wait (``MC_RPC_TIMEOUT_MS``, set
+            for its setup only) unless the environment sets it; never
+            ``MC_TCP_STATUS_TIMEOUT_SEC`` (a write given up there may land in
             another key: docs/guide/failures.md).
         retry: a :class:`RetryPolicy` for per-key failures that may succeed when tried
             again (None: no retries).
@@ -124,22 +125,21 @@ class Client:
             raise ValueError(f"op_timeout must be None or positive seconds, not {op_timeout!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None, not {type(retry).__name__}")
-        if op_timeout is not None:
-            shorten_mooncake_timeouts(op_timeout)
-        self._native = NativeClient(
-            cfg,
-            l1=l1,
-            register_l1=register_l1,
-            l1_block_size=l1_block_size,
-            queue_capacity=queue_capacity,
-            queue_timeout=queue_timeout,
-            tile_bytes=tile_bytes,
-            tile_keys=tile_keys,
-            coalesce_keys=coalesce_keys,
-            replicate_config=replicate_config,
-            connect_timeout=connect_timeout,
-            dummy=dummy,
-        )
+        with mooncake_timeouts_shortened(op_timeout):
+            self._native = NativeClient(
+                cfg,
+                l1=l1,
+                register_l1=register_l1,
+                l1_block_size=l1_block_size,
+                queue_capacity=queue_capacity,
+                queue_timeout=queue_timeout,
+                tile_bytes=tile_bytes,
+                tile_keys=tile_keys,
+                coalesce_keys=coalesce_keys,
+                replicate_config=replicate_config,
+                connect_timeout=connect_timeout,
+                dummy=dummy,
+            )
         #: The client's background batches: submit, drain, wait (:class:`Batches`).
         self.batches = Batches(self._native)
         self._calls = BlockingCalls(self._native, self.batches, op_timeout, retry)

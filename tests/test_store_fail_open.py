@@ -11,6 +11,8 @@ import ctypes
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -82,6 +84,31 @@ def test_fail_open_is_the_default_and_can_be_turned_off(local, store):
         other.close()
     with pytest.raises(ValueError, match="fail_open must be true or false"):
         MooncakeDistributedStore().setup(local.client_config(fail_open="sometimes"))
+
+
+def test_the_shortened_rpc_wait_stays_with_the_client_that_asked(local, monkeypatch):
+    """The drop-in's 2 s master RPC wait is set for its own setup only: processes started
+    after it (an engine's workers, which may run Mooncake's class) inherit nothing."""
+    monkeypatch.delenv("MC_RPC_TIMEOUT_MS", raising=False)
+    s = MooncakeDistributedStore()
+    assert positional_setup(local, s) == 0
+    try:
+        assert "MC_RPC_TIMEOUT_MS" not in os.environ
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.environ.get('MC_RPC_TIMEOUT_MS'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert child.stdout.strip() == "None", child.stdout
+        # a value the environment gives is the user's: kept, and left in place
+        monkeypatch.setenv("MC_RPC_TIMEOUT_MS", "5000")
+        other = MooncakeDistributedStore()
+        assert positional_setup(local, other) == 0
+        other.close()
+        assert os.environ["MC_RPC_TIMEOUT_MS"] == "5000"
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize("role", ["master", "storage"])

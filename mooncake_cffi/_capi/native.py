@@ -12,12 +12,14 @@ holds it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
 import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from ..config import StoreConfig
@@ -85,13 +87,20 @@ def wait_for_teardowns_at_exit() -> None:
         os._exit(130)
 
 
-def shorten_mooncake_timeouts(op_timeout: float) -> None:
-    """Make Mooncake's RPC waits no longer than a client's deadline, at the source.
+_env_lock = threading.Lock()
 
-    Mooncake reads ``MC_RPC_TIMEOUT_MS`` (a master RPC) from the environment when each
-    client is set up, so it holds for every client of the process set up after it, of this
-    package or Mooncake's class, and those then arm a timer per master RPC (one
-    ``timerfd_settime``, bench/RESULTS.md); a value already set is kept.
+
+@contextlib.contextmanager
+def mooncake_timeouts_shortened(op_timeout: float | None) -> Iterator[None]:
+    """Within the block, Mooncake's RPC waits are no longer than a client's deadline.
+
+    Mooncake reads ``MC_RPC_TIMEOUT_MS`` (a master RPC) from the environment when a client
+    is set up, into that client's master connection, which then arms a timer per master
+    RPC (one ``timerfd_settime``, bench/RESULTS.md).  The block (a client's setup) sets it
+    when the environment does not, and takes it away again after: other clients of the
+    process, of this package or Mooncake's class, and processes started later (an
+    engine's workers) keep Mooncake's default; a value already set is kept and left.
+    ``op_timeout`` None changes nothing.
 
     ``MC_TCP_STATUS_TIMEOUT_SEC`` is left alone, on purpose: it also bounds how long a TCP
     write waits for the storage node's acknowledgement once its last byte has left the
@@ -100,7 +109,15 @@ def shorten_mooncake_timeouts(op_timeout: float) -> None:
     then land in another key's value.  Mooncake's default (30 s) is kept unless the
     environment sets it (see docs/guide/failures.md).
     """
-    os.environ.setdefault("MC_RPC_TIMEOUT_MS", str(max(100, int(op_timeout * 1000))))
+    if op_timeout is None or "MC_RPC_TIMEOUT_MS" in os.environ:
+        yield
+        return
+    with _env_lock:  # two setups at once: neither takes the value away under the other
+        os.environ["MC_RPC_TIMEOUT_MS"] = str(max(100, int(op_timeout * 1000)))
+        try:
+            yield
+        finally:
+            os.environ.pop("MC_RPC_TIMEOUT_MS", None)
 
 
 def _count(name: str, value: object, limit: int) -> int:
