@@ -13,8 +13,8 @@ so a cached token can only come from the store.  In order, with three engine pro
 3. the store taken away under that engine (master killed, master frozen, storage node
    frozen), then given back: every request completes, with the same tokens, and reuse
    resumes by itself; Mooncake's class is timed, not held to a bound (the comparison);
-4. the drop-in, in a new process, loads what Mooncake's class stored last, and answers as
-   it did;
+4. Mooncake's class stores a new prompt (a node frozen past the master's client TTL in 3
+   lost every key), and the drop-in, in a new process, loads it, and answers as it did;
 5. the same faults under the drop-in, each request within its cold time plus
    ``FAIL_OPEN_S``.
 
