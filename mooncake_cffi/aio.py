@@ -148,10 +148,15 @@ class AsyncClient:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), limit)
         except asyncio.TimeoutError:
+            # what of it is still queued is not sent: the lane does not go on to run work
+            # nobody waits for
+            withdrawn = self.client.batches.withdraw(batch_id)
+            gone = f"{withdrawn} of its keys withdrawn unsent, " if withdrawn else ""
             raise MooncakeTimeoutError(
                 MCS_E_TIMEOUT,
                 f"{OPS[step.op]} of {len(step.keys)} key(s) did not finish within {limit} s "
-                f"(batch {batch_id} goes on; its buffers stay in use until it completes)",
+                f"(batch {batch_id}: {gone}what runs goes on; its buffers stay in use until "
+                "it completes)",
                 None,
                 batch_id,
                 self._pending_write(step, batch_id, fut),

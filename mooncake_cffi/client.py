@@ -479,6 +479,13 @@ class Client:
         """Block until a completion is waiting (True) or ``timeout`` seconds pass (False)."""
         return self.batches.wait(timeout)
 
+    def withdraw(self, batch_id: int) -> int:
+        """Take back what of a submitted batch is still queued, when you stop waiting for
+        it: that part is never sent and its keys answer MCS_E_TIMEOUT in the batch's one
+        completion, which comes once its parts already running end.  The number of keys
+        withdrawn (0: none of it queued)."""
+        return self.batches.withdraw(batch_id)
+
     def fileno(self) -> int:
         """The completion eventfd (non-blocking): readable while completions wait."""
         return self.batches.fileno()

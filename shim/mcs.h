@@ -76,7 +76,7 @@
  *     "integrity" with MCS_E_CORRUPT and mcs_client_integrity_stats
  *     (struct mcs_integrity_stats); mcs_client_session (struct
  *     mcs_session, enum mcs_session_op); mcs_client_replica_desc with
- *     mcs_replica_desc_free.
+ *     mcs_replica_desc_free; mcs_client_withdraw.
  *  2  Batches as struct mcs_batch with packed keys; struct_size on the
  *     growable structs; GET_BUFFER with mcs_release; per-operation stats.
  *  1  The first ABI: per-operation lanes, completions, L1 registration.
@@ -835,6 +835,16 @@ MCS_API int mcs_client_drain(mcs_client *c, struct mcs_completion *out, size_t c
 /* Blocks until a completion is waiting or `timeout_ms` passes (-1 forever).
  * 0 when one is waiting, MCS_E_TIMEOUT otherwise. */
 MCS_API int mcs_client_wait(mcs_client *c, int timeout_ms);
+
+/* Withdraws what of background batch `id` (from mcs_client_submit) is still
+ * queued, for a caller that stopped waiting for it at a deadline of its own:
+ * none of that is sent, its keys answer MCS_E_TIMEOUT, and the batch's one
+ * completion is posted once its parts already running end (Mooncake cannot
+ * stop a transfer it started).  Without it a lane goes on to run, later,
+ * work nobody waits for (each blocking call's timeout_ms does this by
+ * itself).  Returns the number of keys withdrawn, 0 when none of the batch
+ * is queued (it runs, has ended, is a blocking call's, or is unknown). */
+MCS_API int mcs_client_withdraw(mcs_client *c, uint64_t id);
 
 /* Releases what Mooncake holds for the values of GET_BUFFER batch `id`
  * (its values[] pointers become invalid).  Unknown ids are ignored (0).

@@ -184,6 +184,7 @@ def test_misuse_table(raw):
         ("stats struct_size 0", lambda: lib.mcs_client_lane_stats(raw, 0, unsized), E_INVALID_ARG),
         ("op stats bad op", lambda: lib.mcs_client_op_stats(raw, 42, ost), E_INVALID_ARG),
         ("release NULL handle", lambda: lib.mcs_client_release(NULL, 1), E_INVALID_HANDLE),
+        ("withdraw NULL handle", lambda: lib.mcs_client_withdraw(NULL, 1), E_INVALID_HANDLE),
         (
             "gather into too little",
             lambda: lib.mcs_gather(written, buf, 1, values, ffi.new("int64_t[]", [5]), 1),
@@ -223,6 +224,7 @@ def test_misuse_table(raw):
     assert lib.mcs_client_run_keys(raw, res2, E, 0, b"misuse-a\0misuse-b", 18, 2) == 0
     assert list(res2) == [one[0], 0]
     assert lib.mcs_client_release(raw, 123456789) == 0  # unknown ids are ignored
+    assert lib.mcs_client_withdraw(raw, 123456789) == 0  # nothing of it queued: 0 keys
     assert lib.mcs_client_fd(raw, fdp) == 0 and fdp[0] >= 0
     assert lib.mcs_client_submit(raw, idp, make_batch(E, "misuse-a")) == 0
     assert lib.mcs_client_wait(raw, 5000) == 0

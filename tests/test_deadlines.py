@@ -238,3 +238,40 @@ def test_a_cancelled_async_get_into_keeps_its_buffer_until_mooncake_is_done(froz
             assert await ac.get(key) == b"z" * 8192
 
     asyncio.run(main())
+
+
+def test_async_reads_that_time_out_in_their_queue_are_withdrawn_unsent(frozen_cluster):
+    """AsyncClient reads queued behind one stuck on a frozen storage node time out at their
+    deadline and are taken back from the lane: none of them is sent later (the lane does
+    not go on to run work nobody waits for), and the client is whole after the thaw."""
+    import asyncio
+
+    local, pid = frozen_cluster
+    config = local.client_config(per_op_workers={"retrieve": 1})
+
+    async def main() -> None:
+        # one retrieve worker, no merging of small reads: the first read holds the lane
+        async with mc.AsyncClient(config, coalesce_keys=1) as ac:
+            keys = [unique("withdrawn") for _ in range(6)]
+            for k in keys:
+                await ac.put(k, k.encode() * 64)
+            before = ac.client.stats()["retrieve"]["withdrawn"]
+            freeze(pid)
+            try:
+                t0 = time.monotonic()
+                answers = await asyncio.gather(
+                    *(ac.get(k, timeout=0.5) for k in keys), return_exceptions=True
+                )
+                took = time.monotonic() - t0
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert took < 0.5 + 1.0, took
+            assert all(isinstance(a, MooncakeTimeoutError) for a in answers), answers
+            unsent = [a for a in answers if "withdrawn unsent" in str(a)]
+            assert len(unsent) >= len(keys) - 1, [str(a) for a in answers]
+            assert ac.client.stats()["retrieve"]["withdrawn"] - before >= len(unsent)
+            await asyncio.wait_for(ac.quiesce(), 60)
+            assert ac.client.in_flight == 0
+            assert [await ac.get(k) for k in keys] == [k.encode() * 64 for k in keys]
+
+    asyncio.run(main())

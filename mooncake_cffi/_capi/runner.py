@@ -288,6 +288,15 @@ class Runner:
             raise refused(rc, keys)
         return packed, int(idp[0])
 
+    def withdraw(self, batch_id: int) -> int:
+        """Take back what of background batch ``batch_id`` is still queued (nothing of it
+        is sent; its keys answer MCS_E_TIMEOUT in its completion): the keys withdrawn, 0
+        when none of it is queued or the client is closed."""
+        handle = self.native.handle
+        if handle is None:
+            return 0
+        return max(0, int(lib.mcs_client_withdraw(handle, batch_id)))
+
     def release(self, batch_id: int) -> None:
         """Let the shim free a GET_BUFFER batch's values (a closed client freed them)."""
         handle = self.native.handle

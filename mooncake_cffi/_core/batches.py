@@ -95,6 +95,15 @@ class Batches:
         )
         return self.runner.submit(packed, user_data)
 
+    def withdraw(self, batch_id: int) -> int:
+        """Take back what of batch ``batch_id`` is still queued on its lane, when you stopped
+        waiting for it: none of that is sent, and its keys answer MCS_E_TIMEOUT in the
+        batch's one completion, which comes once its parts already running end (Mooncake
+        cannot stop a transfer it started).  Returns the number of keys withdrawn (0: none
+        queued, the batch running or ended).  Without it, a lane goes on to run work
+        nobody waits for (a blocking call does this by itself at its deadline)."""
+        return self.runner.withdraw(batch_id)
+
     def drain(self, max_items: int = 1024) -> list[Completion]:
         """Completions of finished batches (never blocks); resets the eventfd."""
         return self.runner.drain(max_items)

@@ -406,6 +406,7 @@ class MooncakeConnector:
             if info.deadline is None or info.abandoned or now < info.deadline:
                 continue
             info.abandoned = True
+            self._client.batches.withdraw(info.id)  # what is still queued is not read
             n = len(info.keys)
             name = status_name(MCS_E_TIMEOUT)
             detail = f"batch of {n} keys: not read within {self._load_deadline:g} s"

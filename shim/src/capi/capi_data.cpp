@@ -73,6 +73,10 @@ int mcs_client_release(mcs_client *c, uint64_t id) {
     return with_client(c, [&](mcs::Engine &e) { return e.release(id); });
 }
 
+int mcs_client_withdraw(mcs_client *c, uint64_t id) {
+    return with_open_client(c, [&](mcs::Engine &e) { return e.withdraw(id); });
+}
+
 int mcs_client_remove_all(mcs_client *c, int64_t *removed_out, int force) {
     return with_open_client(c, [&](mcs::Engine &e) -> int {
         if (!removed_out) throw mcs::Error(MCS_E_INVALID_ARG, "removed_out is NULL");

@@ -274,6 +274,26 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
     cq_cv_.notify_all();
 }
 
+// A background batch whose caller stopped waiting: what of it is queued is
+// taken back (answered MCS_E_TIMEOUT, nothing sent), as a blocking call's is
+// at its deadline; its completion is posted once the tiles already running
+// end.  Its tiles running meanwhile count as held for a caller that is gone.
+int Engine::withdraw(uint64_t id) {
+    for (auto &lane : lanes_) {
+        if (!lane) continue;
+        std::shared_ptr<Batch> b = lane->queued_batch(id);
+        if (!b) continue;
+        Lane::Abandoned gone = lane->abandon(b);
+        int keys = 0;
+        for (const Tile &t : gone.withdrawn) {
+            keys += int(t.end - t.begin);
+            withdraw_tile(t);
+        }
+        return keys;
+    }
+    return 0;
+}
+
 int Engine::release(uint64_t id) {
     std::vector<std::shared_ptr<void>> gone;
     {

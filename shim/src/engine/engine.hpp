@@ -56,6 +56,8 @@ public:
     int run_one(int op, int flags, const char *key, uint64_t key_len, void *buf, uint64_t size,
                 int64_t *result);
     int release(uint64_t id);
+    // Takes back what of background batch `id` is still queued; the keys withdrawn.
+    int withdraw(uint64_t id);
     int drain(mcs_completion *out, size_t cap, size_t elem_size);
     int wait(int timeout_ms);
     int fd() const { return efd_; }

@@ -263,6 +263,13 @@ Lane::Abandoned Lane::abandon(const std::shared_ptr<Batch> &b) {
     return out;
 }
 
+std::shared_ptr<Batch> Lane::queued_batch(uint64_t id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const Tile &t : queue_)
+        if (t.batch->id == id && !t.batch->sync) return t.batch;
+    return nullptr;
+}
+
 // mu_ held.  A tile just stopped running: whom to wake (Lane::notify, once
 // mu_ is released).  A worker for what is queued (it may have been waiting
 // for this tile's small read to end).  When a stopping lane has drained,

@@ -113,6 +113,8 @@ public:
         uint32_t held = 0;     // running tiles of batches whose callers are gone
     };
     Abandoned abandon(const std::shared_ptr<Batch> &b);
+    // The background batch `id` if a tile of it is queued here, else null.
+    std::shared_ptr<Batch> queued_batch(uint64_t id);
     // Records a finished batch (its pending slot is freed).
     void finished(double latency_us, bool failed, size_t keys);
     // Lets the workers finish everything queued, then joins them.
