@@ -496,6 +496,47 @@ void test_timed_out_calls_leave_no_queue() {
     CHECK(st.withdrawn == 3 && st.abandoned == 0 && st.queued == 0);
 }
 
+// A background batch its caller gave up on is taken back from the queue on
+// request: never sent, its keys MCS_E_TIMEOUT, its completion (not marked as
+// a blocking call's) posted at once; the running one is left alone.
+void test_withdrawn_background_batch_is_not_sent() {
+    mcs_lanes lanes{};
+    lanes.retrieve = 1;
+    lanes.coalesce_keys = 1;
+    Fixture f(lanes);
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["a"] = "aaaa";
+        f.store->data["b"] = "bbbb";
+    }
+    f.store->block_gets = true;
+    char out_a[16], out_b[16];
+    void *buf_a[] = {out_a}, *buf_b[] = {out_b};
+    uint64_t size16[] = {16};
+    int64_t res_a = 0, res_b = 0;
+    Keys ka({"a"}), kb({"b"});
+    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
+    mcs_batch second = make_batch(MCS_OP_GET, kb, buf_b, size16, &res_b);
+    uint64_t id_a = 0, id_b = 0;
+    CHECK(f.engine->submit(first, false, &id_a) == MCS_OK);
+    CHECK(wait_until([&] { return f.store->get_calls.load() == 1; }));  // "a" blocks inside
+    CHECK(f.engine->submit(second, false, &id_b) == MCS_OK);
+    CHECK(f.engine->withdraw(id_a) == 0);  // running: Mooncake cannot be stopped
+    CHECK(f.engine->withdraw(id_b) == 1);
+    CHECK(f.engine->withdraw(id_b) == 0);  // nothing of it left to take back
+    auto got = f.drain_all(1, 2s);         // while "a" still blocks
+    CHECK(got.size() == 1 && got[0].id == id_b);
+    if (got.size() == 1) CHECK(got[0].timed_out == 0 && got[0].first_error == MCS_E_TIMEOUT);
+    CHECK(res_b == MCS_E_TIMEOUT);
+    f.store->block_gets = false;
+    got = f.drain_all(1);
+    CHECK(got.size() == 1 && got[0].id == id_a && res_a == 4);
+    CHECK(f.store->get_calls.load() == 1);  // "b" never reached Mooncake
+    mcs_lane_stats st{};
+    f.engine->lane_stats(MCS_LANE_RETRIEVE, &st);
+    CHECK(st.withdrawn == 1 && st.queued == 0);
+}
+
 int main() {
     return run_tests({
         {"round_trip_through_every_op", test_round_trip_through_every_op},
@@ -516,5 +557,6 @@ int main() {
         {"close_waits_for_threads_inside_calls", test_close_waits_for_threads_inside_calls},
         {"timed_out_queued_batch_is_withdrawn", test_timed_out_queued_batch_is_withdrawn},
         {"timed_out_calls_leave_no_queue", test_timed_out_calls_leave_no_queue},
+        {"withdrawn_background_batch_is_not_sent", test_withdrawn_background_batch_is_not_sent},
     });
 }
