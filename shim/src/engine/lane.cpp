@@ -52,7 +52,9 @@ Lane::~Lane() {
 }
 
 void Lane::start() {
-    for (uint32_t i = 0; i < workers_; i++) threads_.emplace_back([this] { worker_loop(); });
+    cv_workers_.resize(workers_);
+    for (uint32_t i = 0; i < workers_; i++)
+        threads_.emplace_back([this, i] { worker_loop(int(i)); });
 }
 
 int Lane::admit() {
@@ -89,12 +91,12 @@ void Lane::push(std::vector<Tile> &&tiles) {
     // Waking for nothing costs the sleeper a context switch and the lane a
     // contended mutex, per call: with 8 threads of one-key exists, most of
     // the engine's futex calls.
-    Wake w = Wake::kNone;
+    Pick w;
     {
         std::lock_guard<std::mutex> lk(mu_);
         for (auto &t : tiles) queue_.push_back(std::move(t));
         if (running_ < workers_ && next_runnable() != queue_.end())
-            w = tiles.size() == 1 ? Wake::kOne : Wake::kAll;
+            w = choose(tiles.size() == 1 ? Wake::kOne : Wake::kAll);
     }
     notify(w);
 }
@@ -131,11 +133,11 @@ bool Lane::try_take_slot(const Tile &t) {
 void Lane::release_slot(const Tile &t) {
     // Waking an idle worker for nothing costs a context switch per call, so
     // only when something is queued (or a stopping lane drained).
-    Wake w;
+    Pick w;
     {
         std::lock_guard<std::mutex> lk(mu_);
         give(t);
-        w = wake_after_give();
+        w = choose(wake_after_give());
     }
     notify(w);
 }
@@ -160,7 +162,7 @@ bool Lane::enter_direct(int op, bool small) {
 }
 
 void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
-    Wake w;
+    Pick w;
     bool wake_space;
     {
         std::lock_guard<std::mutex> lk(mu_);
@@ -171,7 +173,7 @@ void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
         hist_.add(latency_us);
         running_--;
         if (small) small_running_[op]--;
-        w = wake_after_give();
+        w = choose(wake_after_give());
         wake_space = space_waiters_ > 0;
     }
     notify(w);
@@ -192,14 +194,21 @@ void Lane::finished(double latency_us, bool failed, size_t keys) {
     if (wake) cv_space_.notify_one();
 }
 
-void Lane::worker_loop() {
+void Lane::worker_loop(int me) {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
         std::deque<Tile>::iterator next;
-        cv_work_.wait(lk, [this, &next] {
+        auto ready = [this, &next] {
             if (queue_.empty()) return stopping_;
             return running_ < workers_ && (next = next_runnable()) != queue_.end();
-        });
+        };
+        while (!ready()) {
+            idle_.push_back(me);
+            cv_workers_[size_t(me)].wait(lk);
+            // Taken off the stack by whoever woke it; not after a spurious wake-up.
+            auto it = std::find(idle_.begin(), idle_.end(), me);
+            if (it != idle_.end()) idle_.erase(it);
+        }
         if (queue_.empty()) return;  // stopping, and nothing left to run
         Tile tile = std::move(*next);
         queue_.erase(next);
@@ -234,7 +243,7 @@ void Lane::worker_loop() {
             b->running_tiles--;
             if (b->caller_gone) abandoned_running_--;
         }
-        Wake w = wake_after_give();
+        Pick w = choose(wake_after_give());
         lk.unlock();
         in_call.clear();  // the last references may free batches: not under mu_
         notify(w);
@@ -285,11 +294,26 @@ Lane::Wake Lane::wake_after_give() const {
 // only block on it again (a second context switch per wake-up, which on two
 // cores is most of a small call).  The decision was made under mu_, and a
 // waiter checks its condition under mu_ before it sleeps, so nothing is lost.
-void Lane::notify(Wake w) {
-    if (w == Wake::kOne)
-        cv_work_.notify_one();
-    else if (w == Wake::kAll)
-        cv_work_.notify_all();
+Lane::Pick Lane::choose(Wake w) {
+    Pick p;
+    if (w == Wake::kAll) {
+        p.kind = Wake::kAll;
+        idle_.clear();  // each woken worker looks at the queue, and sleeps again if idle
+    } else if (w == Wake::kOne && !idle_.empty()) {
+        // None idle: every worker is running, and each looks at the queue when
+        // its tile ends, before it sleeps.
+        p.kind = Wake::kOne;
+        p.worker = idle_.back();
+        idle_.pop_back();
+    }
+    return p;
+}
+
+void Lane::notify(Pick p) {
+    if (p.kind == Wake::kOne)
+        cv_workers_[size_t(p.worker)].notify_one();
+    else if (p.kind == Wake::kAll)
+        for (auto &cv : cv_workers_) cv.notify_all();
 }
 
 void Lane::gather_mergeable(Tile &first, std::vector<Tile> &group) {
@@ -316,8 +340,9 @@ void Lane::stop() {
     {
         std::lock_guard<std::mutex> lk(mu_);
         stopping_ = true;
+        idle_.clear();
     }
-    cv_work_.notify_all();
+    for (auto &cv : cv_workers_) cv.notify_all();
     cv_space_.notify_all();
     for (auto &t : threads_)
         if (t.joinable()) t.join();

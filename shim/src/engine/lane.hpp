@@ -124,7 +124,7 @@ public:
     int id() const { return id_; }
 
 private:
-    void worker_loop();
+    void worker_loop(int me);
     // Small reads (merge candidates) of one operation run one Mooncake call at
     // a time per lane: those arriving meanwhile wait in the queue and go
     // together in the next call.  Many threads' small gets then cost a few
@@ -136,7 +136,15 @@ private:
     void give(const Tile &t);  // mu_ held: uncounts it
     enum class Wake { kNone, kOne, kAll };
     Wake wake_after_give() const;  // mu_ held: the workers a freed slot concerns
-    void notify(Wake w);           // mu_ released: wakes them
+    // Whom a wake-up reaches: for kOne, the worker that went idle last (its
+    // CPU and caches warm; a one-at-a-time caller keeps meeting the same
+    // worker), taken off the idle stack under mu_.
+    struct Pick {
+        Wake kind = Wake::kNone;
+        int worker = -1;
+    };
+    Pick choose(Wake w);  // mu_ held
+    void notify(Pick p);  // mu_ released: wakes them
     // The first queued tile that may run now (mu_ held), or queue_.end().
     std::deque<Tile>::iterator next_runnable();
     // Moves the queued tiles that can share `first`'s Mooncake call into
@@ -149,7 +157,13 @@ private:
     uint32_t capacity_;
     int32_t wait_ms_;
     std::mutex mu_;
-    std::condition_variable cv_work_, cv_space_;
+    std::condition_variable cv_space_;
+    // One condition variable per worker, and the idle ones, last idle at the
+    // back (guarded by mu_): a wake-up goes to the warmest idle worker rather
+    // than to whichever the condition variable picks, which rotated one caller's
+    // calls across every worker, each woken cold, often on the other CPU.
+    std::deque<std::condition_variable> cv_workers_;
+    std::vector<int> idle_;
     std::deque<Tile> queue_;
     uint32_t running_ = 0;
     uint32_t small_running_[8] = {};  // per op: small reads in Mooncake now
