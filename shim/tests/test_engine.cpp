@@ -393,30 +393,46 @@ void test_close_waits_for_threads_inside_calls() {
 
 }  // namespace
 
+// One retrieve worker, "a" and "b" stored, gets held inside the store until
+// block_gets is cleared; `first` and `second` are one-key GETs of "a" and "b"
+// into 16-byte buffers of their own.
+struct TwoHeldGets {
+    static mcs_lanes lanes(uint32_t coalesce_keys) {
+        mcs_lanes l{};
+        l.retrieve = 1;
+        l.coalesce_keys = coalesce_keys;
+        return l;
+    }
+    Fixture f;
+    char out_a[16] = {}, out_b[16] = {};
+    void *buf_a[1] = {out_a}, *buf_b[1] = {out_b};
+    uint64_t size16[1] = {16};
+    int64_t res_a = 0, res_b = 0;
+    Keys ka{std::vector<std::string>{"a"}}, kb{std::vector<std::string>{"b"}};
+    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
+    mcs_batch second = make_batch(MCS_OP_GET, kb, buf_b, size16, &res_b);
+    explicit TwoHeldGets(uint32_t coalesce_keys = 0) : f(lanes(coalesce_keys)) {
+        {
+            std::lock_guard<std::mutex> lk(f.store->mu);
+            f.store->data["a"] = "aaaa";
+            f.store->data["b"] = "bbbb";
+        }
+        f.store->block_gets = true;
+    }
+};
+
 // A timed call whose deadline passes while its batch is still queued is
 // withdrawn: it fails saying nothing was sent, and its completion comes at
 // once, while the call ahead of it (inside Mooncake) still holds the worker.
 void test_timed_out_queued_batch_is_withdrawn() {
-    mcs_lanes lanes{};
-    lanes.retrieve = 1;
-    Fixture f(lanes);
-    {
-        std::lock_guard<std::mutex> lk(f.store->mu);
-        f.store->data["a"] = "aaaa";
-        f.store->data["b"] = "bbbb";
-    }
-    f.store->block_gets = true;
-    char out_a[16], out_b[16];
-    void *buf_a[] = {out_a}, *buf_b[] = {out_b};
-    uint64_t size16[] = {16};
-    int64_t res_a = 0, res_b = 0;
-    Keys ka({"a"}), kb({"b"});
-    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
-    first.timeout_ms = 300;  // time enough for the worker to take it
+    TwoHeldGets t;
+    Fixture &f = t.f;
+    int64_t &res_a = t.res_a, &res_b = t.res_b;
+    t.first.timeout_ms = 300;  // time enough for the worker to take it
     uint64_t id_a = 0, id_b = 0;
-    CHECK(f.run_batch(first, &id_a) == MCS_E_TIMEOUT);  // inside Mooncake: it goes on
+    CHECK(f.run_batch(t.first, &id_a) == MCS_E_TIMEOUT);  // inside Mooncake: it goes on
     CHECK(f.store->get_calls.load() == 1);
-    mcs_batch second = make_batch(MCS_OP_GET, kb, buf_b, size16, &res_b);
+    mcs_batch &second = t.second;
     second.timeout_ms = 50;
     int rc = 0;
     std::string msg;
@@ -500,27 +516,13 @@ void test_timed_out_calls_leave_no_queue() {
 // request: never sent, its keys MCS_E_TIMEOUT, its completion (not marked as
 // a blocking call's) posted at once; the running one is left alone.
 void test_withdrawn_background_batch_is_not_sent() {
-    mcs_lanes lanes{};
-    lanes.retrieve = 1;
-    lanes.coalesce_keys = 1;
-    Fixture f(lanes);
-    {
-        std::lock_guard<std::mutex> lk(f.store->mu);
-        f.store->data["a"] = "aaaa";
-        f.store->data["b"] = "bbbb";
-    }
-    f.store->block_gets = true;
-    char out_a[16], out_b[16];
-    void *buf_a[] = {out_a}, *buf_b[] = {out_b};
-    uint64_t size16[] = {16};
-    int64_t res_a = 0, res_b = 0;
-    Keys ka({"a"}), kb({"b"});
-    mcs_batch first = make_batch(MCS_OP_GET, ka, buf_a, size16, &res_a);
-    mcs_batch second = make_batch(MCS_OP_GET, kb, buf_b, size16, &res_b);
+    TwoHeldGets t(1);
+    Fixture &f = t.f;
+    int64_t &res_a = t.res_a, &res_b = t.res_b;
     uint64_t id_a = 0, id_b = 0;
-    CHECK(f.engine->submit(first, false, &id_a) == MCS_OK);
+    CHECK(f.engine->submit(t.first, false, &id_a) == MCS_OK);
     CHECK(wait_until([&] { return f.store->get_calls.load() == 1; }));  // "a" blocks inside
-    CHECK(f.engine->submit(second, false, &id_b) == MCS_OK);
+    CHECK(f.engine->submit(t.second, false, &id_b) == MCS_OK);
     CHECK(f.engine->withdraw(id_a) == 0);  // running: Mooncake cannot be stopped
     CHECK(f.engine->withdraw(id_b) == 1);
     CHECK(f.engine->withdraw(id_b) == 0);  // nothing of it left to take back
