@@ -39,7 +39,7 @@ from typing import Any
 
 from ..status import INVALID_PARAMS, MCS_E_UNSUPPORTED
 from .repair import key_bytes
-from .replicas import ReplicaDescriptor, ReplicaStatus, from_master
+from .replicas import memory_endpoints
 
 __all__ = ["ANSWER_WITHIN", "BURST_GAP", "TRUSTED_FOR", "LiveHits"]
 
@@ -58,21 +58,6 @@ _PAGE = mmap.PAGESIZE
 _FORGET_AFTER = 30.0
 
 _monotonic = time.monotonic
-
-
-#: Replica statuses whose memory is read: complete, or one the wheel printed as no number.
-_READ = frozenset({ReplicaStatus.COMPLETE, ReplicaStatus.UNDEFINED})
-
-
-def _memory_endpoints(replicas: list[ReplicaDescriptor] | None) -> list[str]:
-    """The storage nodes (``host:port``) of a key's complete memory replicas."""
-    return [
-        endpoint
-        for r in replicas or []
-        if r.is_memory_replica()
-        and r.status in _READ
-        and (endpoint := r.get_memory_descriptor().buffer_descriptor.transport_endpoint)
-    ]
 
 
 class LiveHits:
@@ -175,25 +160,28 @@ class LiveHits:
     def _check(self, packed: list[bytes]) -> list[bool] | None:
         """On a pool thread: each key's verdict, or None when the master's answer cannot be
         used (the key's 1 then stands)."""
-        found = from_master(self._calls.runner, packed)
-        if found is None:  # the wheel has no replica query
+        per_key = memory_endpoints(self._calls.runner, packed)
+        if per_key is None:  # the wheel has no replica query
             self.enabled = False
             return None
-        per_key = [_memory_endpoints(x) for x in found]
         now = _monotonic()
         nodes: dict[str, bytes] = {}  # node -> a key to read from it
-        with self._lock:
-            for endpoints in per_key:
-                self._seen.update(dict.fromkeys(endpoints, now))
+        stale: dict[str, bool] = {}  # node -> whether it must be read from now
         for kb, endpoints in zip(packed, per_key):
             for ep in endpoints:
-                fresh = now - self._answered.get(ep, -TRUSTED_FOR) < TRUSTED_FOR
+                must = stale.get(ep)
+                if must is None:
+                    must = stale[ep] = now - self._answered.get(ep, -TRUSTED_FOR) >= TRUSTED_FOR
                 # a key held by this node alone reads from it; else the first one seen
-                if not fresh and (ep not in nodes or len(endpoints) == 1):
+                if must and (ep not in nodes or len(endpoints) == 1):
                     nodes[ep] = kb
+        with self._lock:
+            self._seen.update(dict.fromkeys(stale, now))
         dead = self._probe(nodes)
         if dead is None:
             return None
+        if not dead:
+            return [True] * len(packed)
         return [not any(ep in dead for ep in endpoints) for endpoints in per_key]
 
     def _probe(self, nodes: dict[str, bytes]) -> set[str] | None:

@@ -39,6 +39,7 @@ __all__ = [
     "ReplicaStatus",
     "batch_replica_desc",
     "from_master",
+    "memory_endpoints",
     "replica_desc",
 ]
 
@@ -178,13 +179,9 @@ def _from_json(d: dict[str, Any]) -> ReplicaDescriptor:
     return ReplicaDescriptor("unknown", status=status)
 
 
-def from_master(
-    runner: Any, keys: Sequence[str | bytes]
-) -> list[list[ReplicaDescriptor] | None] | None:
-    """Each key's replicas as the master gives them (None for a key it gave nothing for),
-    through ``runner`` (the client's :class:`~mooncake_cffi._capi.runner.Runner`); None when
-    the loaded wheel has no such call.  A failed call answers no descriptors, as Mooncake's.
-    Keys are ``str`` or their UTF-8 bytes."""
+def _printed(runner: Any, keys: Sequence[str | bytes]) -> list[Any] | None:
+    """Each key's descriptors as the wheel prints them, parsed (None for a key the master
+    gave nothing for); None when the loaded wheel has no such call."""
     packed = [k if isinstance(k, bytes) else k.encode("utf-8", "surrogatepass") for k in keys]
     if not packed or any(b"\0" in k or not k for k in packed):
         return [None] * len(keys) if packed else []
@@ -194,11 +191,50 @@ def from_master(
     if rc != 0:
         return [None] * len(keys)
     try:
-        lists = json.loads(text)
+        lists: list[Any] = json.loads(text)
     except ValueError:
         log.warning("get_replica_desc: the wheel printed descriptors that are not JSON")
         return [None] * len(keys)
+    return lists
+
+
+def from_master(
+    runner: Any, keys: Sequence[str | bytes]
+) -> list[list[ReplicaDescriptor] | None] | None:
+    """Each key's replicas as the master gives them (None for a key it gave nothing for),
+    through ``runner`` (the client's :class:`~mooncake_cffi._capi.runner.Runner`); None when
+    the loaded wheel has no such call.  A failed call answers no descriptors, as Mooncake's.
+    Keys are ``str`` or their UTF-8 bytes."""
+    lists = _printed(runner, keys)
+    if lists is None:
+        return None
     return [None if x is None else [_from_json(d) for d in x] for x in lists]
+
+
+#: Statuses of a replica whose memory is read: complete, or one printed as no number.
+_READ = frozenset({ReplicaStatus.COMPLETE, ReplicaStatus.UNDEFINED})
+
+
+def memory_endpoints(runner: Any, keys: Sequence[str | bytes]) -> list[list[str]] | None:
+    """The storage nodes (``host:port``) holding each key's readable memory replicas
+    (complete, or of no printed status), from the same query as :func:`from_master` but
+    with no descriptor objects built: a lookup's check asks it of up to a thousand keys at
+    a time.  ``[]`` for a key the master gave nothing for; None as :func:`from_master`."""
+    lists = _printed(runner, keys)
+    if lists is None:
+        return None
+    out: list[list[str]] = []
+    for x in lists:
+        eps = []
+        for d in x or ():
+            buf = (d.get("descriptor_variant") or {}).get("buffer_descriptor")
+            status = d.get("status")
+            if buf and (status == ReplicaStatus.COMPLETE or _status(status) in _READ):
+                ep = buf.get("transport_endpoint_")
+                if ep:
+                    eps.append(str(ep))
+        out.append(eps)
+    return out
 
 
 _warned: set[str] = set()
