@@ -4,6 +4,7 @@
 // MCS_E_CORRUPT after re-reads.  Built with -Dshim_tests=true.
 #include "../src/engine/crc32c.hpp"
 #include "../src/engine/integrity.hpp"
+#include "../src/engine/two_threads.hpp"
 #include "harness.hpp"
 
 namespace {
@@ -319,6 +320,58 @@ void test_byte_ranges_stop_at_the_values_own_end() {
     CHECK((r[0][2] == std::vector<int64_t>{-704}));
 }
 
+// A batch of several MiB is checked on two threads (two_threads.hpp): every
+// value of it verifies on each path, and a damaged byte in either thread's
+// half is refused, the rest returned.
+void test_a_large_batch_verifies_on_both_threads() {
+    Verifying f;
+    constexpr size_t kN = 12, kSize = size_t(1) << 20;  // 12 MiB: two threads
+    static_assert(kN * kSize >= mcs::kTwoThreadsFrom);
+    std::vector<std::string> names, values;
+    for (size_t i = 0; i < kN; i++) {
+        names.push_back("big" + std::to_string(i));
+        values.push_back(value_of(kSize, char('a' + i)));
+    }
+    Keys k(names);
+    std::vector<void *> bufs;
+    std::vector<uint64_t> sizes(kN, kSize);
+    for (auto &v : values) bufs.push_back(v.data());
+    std::vector<int64_t> res(kN, -1);
+    CHECK(f.run(MCS_OP_UPSERT, k, bufs.data(), sizes.data(), res.data()) == MCS_OK);
+    for (size_t i = 0; i < kN; i++) {
+        CHECK(res[i] == 0);
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        const std::string &stored = f.store->data[names[i]];
+        mcs::Trailer t;
+        std::memcpy(&t, stored.data() + kSize, sizeof t);
+        CHECK(mcs::trailer_verifies(t, names[i], values[i].data(), kSize));
+    }
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data[names[1]][77] ^= 0x01;       // the first thread's half
+        f.store->data[names[kN - 2]][99] ^= 0x40;  // the second's
+    }
+    auto damaged = [&](size_t i) { return i == 1 || i == kN - 2; };
+    std::vector<std::string> out(kN, std::string(kSize, '\0'));
+    std::vector<void *> obufs;
+    for (auto &o : out) obufs.push_back(o.data());
+    CHECK(f.run(MCS_OP_GET, k, obufs.data(), sizes.data(), res.data()) == MCS_OK);
+    for (size_t i = 0; i < kN; i++) {
+        CHECK(res[i] == (damaged(i) ? int64_t(MCS_E_CORRUPT) : int64_t(kSize)));
+        if (!damaged(i)) CHECK(out[i] == values[i]);
+    }
+    std::vector<const void *> vals(kN, nullptr);
+    mcs_batch b = make_batch(MCS_OP_GET_BUFFER, k, nullptr, nullptr, res.data());
+    b.values = vals.data();
+    uint64_t id = 0;
+    CHECK(f.engine->submit(b, true, &id) == MCS_OK);
+    for (size_t i = 0; i < kN; i++) {
+        CHECK(res[i] == (damaged(i) ? int64_t(MCS_E_CORRUPT) : int64_t(kSize)));
+        if (!damaged(i)) CHECK(vals[i] && std::memcmp(vals[i], values[i].data(), kSize) == 0);
+    }
+    f.engine->release(id);
+}
+
 }  // namespace
 
 int main() {
@@ -336,5 +389,6 @@ int main() {
         {"skip_existing_puts_tell_the_first_writer_from_the_trailer",
          test_skip_existing_puts_tell_the_first_writer_from_the_trailer},
         {"byte_ranges_stop_at_the_values_own_end", test_byte_ranges_stop_at_the_values_own_end},
+        {"a_large_batch_verifies_on_both_threads", test_a_large_batch_verifies_on_both_threads},
     });
 }

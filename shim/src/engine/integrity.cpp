@@ -1,7 +1,8 @@
 // The verifying backend (integrity.hpp): trailers on the way in, checks on
 // the way out, over any other Backend.  Values go to the store as two parts,
 // [the caller's bytes][16-byte trailer], so nothing is copied; the CRC is
-// computed on the calling worker thread (Python has released the GIL).
+// computed on the calling worker thread (Python has released the GIL), and a
+// batch of several MiB shares it with one more thread (two_threads.hpp).
 #include "integrity.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 
 #include "crc32c.hpp"
+#include "two_threads.hpp"
 
 namespace mcs {
 
@@ -26,6 +28,13 @@ bool trailer_verifies(const Trailer &t, const std::string &key, const void *valu
 }
 
 namespace {
+
+// The bytes of key i's parts [first[i], first[i + 1]).
+uint64_t parts_bytes(const std::vector<size_t> &sizes, const std::vector<size_t> &first, size_t i) {
+    uint64_t n = 0;
+    for (size_t j = first[i]; j < first[i + 1]; j++) n += sizes[j];
+    return n;
+}
 
 // A read that did not verify is read again after these pauses (ms).
 constexpr int kRetryPauseMs[] = {0, 1, 4, 10};
@@ -324,14 +333,21 @@ private:
         std::vector<size_t> s2, f2{0};
         b2.reserve(bufs.size() + n);
         s2.reserve(bufs.size() + n);
+        std::vector<uint32_t> crcs(n);
+        for_each_on_two_threads(
+            n, [&](size_t i) { return parts_bytes(sizes, first, i); },
+            [&](size_t i) {
+                uint32_t crc = key_seed(keys[i]);
+                for (size_t j = first[i]; j < first[i + 1]; j++)
+                    crc = crc32c(crc, bufs[j], sizes[j]);
+                crcs[i] = crc;
+            });
         for (size_t i = 0; i < n; i++) {
-            uint32_t crc = key_seed(keys[i]);
             for (size_t j = first[i]; j < first[i + 1]; j++) {
-                crc = crc32c(crc, bufs[j], sizes[j]);
                 b2.push_back(bufs[j]);
                 s2.push_back(sizes[j]);
             }
-            tr[i] = Trailer{kTrailerMagic, crc, base_ + seq_.fetch_add(1)};
+            tr[i] = Trailer{kTrailerMagic, crcs[i], base_ + seq_.fetch_add(1)};
             b2.push_back(&tr[i]);
             s2.push_back(kTrailerSize);
             f2.push_back(b2.size());
@@ -479,8 +495,9 @@ private:
         }
         std::vector<int64_t> r = inner_->get_into_parts(keys, b2, s2, f2);
         if (r.size() != n) return r;
-        for (size_t i = 0; i < n; i++) {
-            if (r[i] < int64_t(kTrailerSize)) continue;  // an error (or not ours: -800)
+        auto read = [&](size_t i) { return r[i] < int64_t(kTrailerSize) ? 0 : uint64_t(r[i]); };
+        for_each_on_two_threads(n, read, [&](size_t i) {
+            if (r[i] < int64_t(kTrailerSize)) return;  // an error (or not ours: -800)
             auto parts_crc = [&](uint32_t crc) {
                 for (size_t j = first[i]; j < first[i + 1]; j++)
                     crc = crc32c(crc, bufs[j], sizes[j]);
@@ -489,7 +506,7 @@ private:
             r[i] = verdict(
                 tr[i], parts_crc(key_seed(keys[i])), [&] { return parts_crc(0); },
                 r[i] - int64_t(kTrailerSize));
-        }
+        });
         return r;
     }
 
@@ -584,23 +601,28 @@ private:
     // Checks the held values in place (sizes become the values' own); the
     // positions of those that did not verify.
     std::vector<size_t> check_held(const StrVec &keys, HeldValues &hv) {
-        std::vector<size_t> bad;
-        for (size_t i = 0; i < hv.sizes.size(); i++) {
+        const size_t n = hv.sizes.size();
+        std::vector<char> failed(n, 0);
+        auto held = [&](size_t i) { return hv.sizes[i] < 0 ? 0 : uint64_t(hv.sizes[i]); };
+        for_each_on_two_threads(n, held, [&](size_t i) {
             const int64_t s = hv.sizes[i];
-            if (s < 0) continue;  // unread or an error
+            if (s < 0) return;  // unread or an error
             if (s < int64_t(kTrailerSize) || !hv.values[i]) {
-                bad.push_back(i);
-                continue;
+                failed[i] = 1;
+                return;
             }
             const int64_t v = s - int64_t(kTrailerSize);
             const auto *p = static_cast<const unsigned char *>(hv.values[i]);
             Trailer t;
             std::memcpy(&t, p + v, kTrailerSize);
             if (verdict(t, keys[i], p, v) == kBad)
-                bad.push_back(i);
+                failed[i] = 1;
             else
                 hv.sizes[i] = v;
-        }
+        });
+        std::vector<size_t> bad;
+        for (size_t i = 0; i < n; i++)
+            if (failed[i]) bad.push_back(i);
         return bad;
     }
 
