@@ -44,6 +44,13 @@ double Histogram::percentile(double p) const {
 
 // --------------------------------------------------------------------- Lane
 
+namespace {
+// The lane whose worker the calling thread is, and the batch ends it posted
+// since it last looked at that lane's queue (Lane::finishing_).
+thread_local Lane *t_worker_of = nullptr;
+thread_local uint32_t t_finishing = 0;
+}  // namespace
+
 Lane::Lane(Engine *engine, int id, uint32_t workers, uint32_t capacity, int32_t wait_ms)
     : engine_(engine), id_(id), workers_(workers), capacity_(capacity), wait_ms_(wait_ms) {}
 
@@ -95,7 +102,10 @@ void Lane::push(std::vector<Tile> &&tiles) {
     {
         std::lock_guard<std::mutex> lk(mu_);
         for (auto &t : tiles) queue_.push_back(std::move(t));
-        if (running_ < workers_ && next_runnable() != queue_.end())
+        // One tile while a worker is on its way back to the queue: that
+        // worker takes it (warm, and with no wake-up at all).
+        const bool left_to_finishing = tiles.size() == 1 && finishing_ > 0;
+        if (running_ < workers_ && !left_to_finishing && next_runnable() != queue_.end())
             w = choose(tiles.size() == 1 ? Wake::kOne : Wake::kAll);
     }
     notify(w);
@@ -137,7 +147,7 @@ void Lane::release_slot(const Tile &t) {
     {
         std::lock_guard<std::mutex> lk(mu_);
         give(t);
-        w = choose(wake_after_give());
+        w = choose(wake_after_give(false));
     }
     notify(w);
 }
@@ -173,7 +183,7 @@ void Lane::exit_direct(int op, bool small, double latency_us, bool failed) {
         hist_.add(latency_us);
         running_--;
         if (small) small_running_[op]--;
-        w = choose(wake_after_give());
+        w = choose(wake_after_give(false));
         wake_space = space_waiters_ > 0;
     }
     notify(w);
@@ -190,11 +200,16 @@ void Lane::finished(double latency_us, bool failed, size_t keys) {
         keys_ += keys;
         hist_.add(latency_us);
         wake = space_waiters_ > 0;
+        if (t_worker_of == this) {  // a worker, which looks at the queue next
+            finishing_++;
+            t_finishing++;
+        }
     }
     if (wake) cv_space_.notify_one();
 }
 
 void Lane::worker_loop(int me) {
+    t_worker_of = this;
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
         std::deque<Tile>::iterator next;
@@ -243,7 +258,9 @@ void Lane::worker_loop(int me) {
             b->running_tiles--;
             if (b->caller_gone) abandoned_running_--;
         }
-        Pick w = choose(wake_after_give());
+        finishing_ -= t_finishing;
+        t_finishing = 0;
+        Pick w = choose(wake_after_give(true));
         lk.unlock();
         in_call.clear();  // the last references may free batches: not under mu_
         notify(w);
@@ -281,12 +298,13 @@ std::shared_ptr<Batch> Lane::queued_batch(uint64_t id) {
 
 // mu_ held.  A tile just stopped running: whom to wake (Lane::notify, once
 // mu_ is released).  A worker for what is queued (it may have been waiting
-// for this tile's small read to end).  When a stopping lane has drained,
-// every worker asleep on a queue it could not run from must see the drain
-// and leave: stop() woke them once, before the queue emptied, and nothing
-// else would.
-Lane::Wake Lane::wake_after_give() const {
-    if (!queue_.empty()) return Wake::kOne;
+// for this tile's small read to end), unless the thread that freed the slot
+// is a worker that takes the one queued tile itself next.  When a stopping
+// lane has drained, every worker asleep on a queue it could not run from
+// must see the drain and leave: stop() woke them once, before the queue
+// emptied, and nothing else would.
+Lane::Wake Lane::wake_after_give(bool looping) const {
+    if (queue_.size() > (looping ? 1u : 0u)) return Wake::kOne;
     return stopping_ ? Wake::kAll : Wake::kNone;
 }
 

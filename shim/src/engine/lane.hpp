@@ -135,7 +135,9 @@ private:
     void take(const Tile &t);  // mu_ held: counts a running tile
     void give(const Tile &t);  // mu_ held: uncounts it
     enum class Wake { kNone, kOne, kAll };
-    Wake wake_after_give() const;  // mu_ held: the workers a freed slot concerns
+    // mu_ held: the workers a freed slot concerns; `looping`: the thread that
+    // freed it is a worker about to look at the queue itself.
+    Wake wake_after_give(bool looping) const;
     // Whom a wake-up reaches: for kOne, the worker that went idle last (its
     // CPU and caches warm; a one-at-a-time caller keeps meeting the same
     // worker), taken off the idle stack under mu_.
@@ -166,6 +168,11 @@ private:
     std::vector<int> idle_;
     std::deque<Tile> queue_;
     uint32_t running_ = 0;
+    // Workers whose call has returned and whose batch's end has been posted
+    // (finished()), not yet back at the queue: a caller woken by that end
+    // often queues its next call before the worker is back, and the call is
+    // left to it rather than to a sleeping worker, woken cold (mu_).
+    uint32_t finishing_ = 0;
     uint32_t small_running_[8] = {};  // per op: small reads in Mooncake now
     uint32_t pending_ = 0;
     uint32_t space_waiters_ = 0;
