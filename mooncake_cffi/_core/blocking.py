@@ -14,7 +14,7 @@ until its batch completes (the client's ``orphans``, freed by
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from .._capi.binding import ffi
@@ -27,7 +27,6 @@ from .._capi.marshal import (
     gather_values,
     pack_keys,
     refused,
-    results_list,
     sent_bytes,
 )
 from .._capi.native import NativeClient
@@ -235,43 +234,33 @@ class BlockingCalls:
             raise self.runner.refusal(rc)
         return result
 
-    def keys_call(
-        self,
-        op: int,
-        keys: list[Any],
-        flags: int,
-        timeout: Timeout,
-        convert: Callable[[Any, int], Any] = results_list,
-    ) -> tuple[Any, list[int] | None]:
-        """Run a batch of keys only: ``(convert(results, n), None)``, or when ``convert``
-        gives None (exists_list does when a key failed), ``(None, results as ints)``.
+    def keys_call(self, op: int, keys: list[Any], flags: int, timeout: Timeout) -> list[int]:
+        """Run a batch of keys only: each key's result as an int.
 
-        It goes through this thread's reused batch (the shim is done with it on return)
-        or, when :meth:`reused` says so, through a private batch.
+        Without a deadline it is one C function (keys packed and results listed in C);
+        otherwise it goes through this thread's reused batch (the shim is done with it on
+        return) or, when :meth:`reused` says so, through a private batch.
         """
-        n = len(keys)
-        if convert is results_list:  # the ints as they are: in C when it can
-            deadline = (self.op_timeout if timeout is DEFAULT else timeout) is not None
-            r = self.runner.keys_now(op, keys, flags, deadline)
-            if isinstance(r, list):
-                return r, None
-            if r is not None:
-                raise refused(r[0], keys)
+        deadline = (self.op_timeout if timeout is DEFAULT else timeout) is not None
+        r = self.runner.keys_now(op, keys, flags, deadline)
+        if isinstance(r, list):
+            return r
+        if r is not None:
+            raise refused(r[0], keys)
         rb = self.reused(timeout)
         if rb is None:
             packed = Packed(op, keys, flags=flags)
             self.run_packed(packed, timeout, OPS[op])
-            answer = convert(packed.results, n)
-            return answer, (None if answer is not None else packed.unpack())
+            return packed.unpack()
         # The packed keys go to the shim as they are (cffi passes a bytes object's own
         # buffer, NUL-terminated); the outcomes land in the thread's results array, read
         # here before this thread's next call can reuse it.
         if self.native.handle is None:
             self.native.checked()  # raises ClosedError
-        rc, answer, raw = self.runner.keys(rb, op, pack_keys(keys), n, flags, convert)
+        rc, answer, _ = self.runner.keys(rb, op, pack_keys(keys), len(keys), flags)
         if rc:
             raise refused(rc, keys)
-        return answer, raw
+        return answer  # type: ignore[no-any-return]
 
     def keys_list(
         self, op: int, keys: list[Any], flags: int, timeout: Timeout, retrying: bool = True
@@ -279,7 +268,7 @@ class BlockingCalls:
         """A batch of keys only, as a list of results, retried per the client's policy
         (unless ``retrying`` is False)."""
         start = time.monotonic() if self.retry is not None else 0.0
-        results: list[int] = self.keys_call(op, keys, flags, timeout)[0]
+        results = self.keys_call(op, keys, flags, timeout)
         if retrying and self.retry is not None and results and min(results) < 0:
             results = self.retried(Step(op, keys, None, flags), results, start, timeout)
         return results

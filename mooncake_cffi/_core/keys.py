@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .._capi.marshal import exists_list
-from ..errors import error_for
+from ..errors import InvalidArgumentError, error_for
 from ..status import (
     FLAG_FORCE,
+    MCS_E_INVALID_ARG,
     OBJECT_NOT_FOUND,
     OP_EXISTS,
     OP_REMOVE,
@@ -57,7 +57,10 @@ class Keys:
             r = calls.one(OP_EXISTS, keys[0], timeout)
             found, codes = ([r == 1], None) if r >= 0 else (None, [r])
         else:
-            found, codes = calls.keys_call(OP_EXISTS, keys, 0, timeout, exists_list)
+            if not keys:
+                raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
+            codes = calls.keys_call(OP_EXISTS, keys, 0, timeout)
+            found = _found(codes)
         if found is None:  # some key failed: retry per the policy, else raise its error
             assert codes is not None
             results = calls.retried(Step(OP_EXISTS, keys), codes, start, timeout)
@@ -95,3 +98,14 @@ class Keys:
             lookup_prefix_plan(keys, self._prefix_all_hit), timeout
         )
         return count  # type: ignore[no-any-return]
+
+
+def _found(results: list[int]) -> list[bool] | None:
+    """Existence answers as bools (1 present, 0 absent), or None when a key failed. All
+    present and none present, a KV-cache lookup's usual answers, are one count each."""
+    n = len(results)
+    if results.count(1) == n:
+        return [True] * n
+    if min(results) < 0:
+        return None
+    return [r != 0 for r in results]
