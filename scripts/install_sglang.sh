@@ -38,45 +38,20 @@ pure=(orjson pybase64 pillow ipython traitlets dill apache-tvm-ffi sentencepiece
     compressed-tensors loguru gguf numpy requests psutil packaging pydantic msgspec
     transformers starlette pyzmq)
 
-for lib in libibverbs.so.1 libnuma.so.1 libcurl.so.4; do
-    if ! has_lib "$lib"; then ./scripts/install.sh >&2; break; fi
-done
+need_mooncake_libs
 
-installed() {
-    "$venv/bin/python" - "$sglang_version" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if version("sglang") == sys.argv[1] else 1)
-PY
-}
-
-if [ -x "$venv/bin/python" ] && installed; then
+if venv_holds "$venv" sglang "$sglang_version"; then
     log "reusing $venv (sglang $sglang_version)"
 else
     log "creating $venv with sglang $sglang_version (a few minutes)"
-    if [ -e "$venv" ]; then
-        [ -f "$venv/pyvenv.cfg" ] || { echo "$venv exists and is no virtualenv" >&2; exit 1; }
-        rm -rf "$venv"
-    fi
-    mkdir -p "$(dirname "$venv")"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip >&2
+    fresh_venv "$venv"
     pins=("torch==$torch_version" "torchvision==$torchvision_version")
     "$venv/bin/python" -m pip install -q "${pins[@]}" >&2
     "$venv/bin/python" -m pip install -q "${pure[@]}" "${pins[@]}" >&2
     "$venv/bin/python" -m pip install -q --no-deps "sglang==$sglang_version" >&2
 fi
 
-wheel=$(mooncake_wheel)
-package=${MOONCAKE_CFFI_PACKAGE:-.}
-if [ "$package" != . ] && [ ! -f "$package" ]; then
-    echo "MOONCAKE_CFFI_PACKAGE=$package: no such file" >&2
-    exit 1
-fi
-log "installing '$package[$wheel,test]' (mooncake-cffi) into $venv"
-"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$package" >&2
-"$venv/bin/python" -m pip install -q "$package[$wheel,test]" "torch==$torch_version" \
-    "torchvision==$torchvision_version" >&2
+install_package "$venv" test "torch==$torch_version" "torchvision==$torchvision_version"
 (cd / && "$venv/bin/python" -c \
     'import sglang.srt.mem_cache.storage.mooncake_store.mooncake_store as m; print(m.__file__)') >&2
 echo "$venv"
