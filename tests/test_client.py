@@ -316,8 +316,9 @@ def test_bad_keys_and_batches_get_clear_errors(client):
         client.batch_put(["dup", "dup"], [b"1", b"2"])
     with pytest.raises(mc.InvalidArgumentError, match="pair up"):
         client.batch_put(["a", "b"], [b"1"])
-    with pytest.raises(mc.InvalidArgumentError, match="empty batch"):
-        client.batch_exists([])
+    for empty_batch in (client.batch_exists, client.batch_size, client.batch_remove):
+        with pytest.raises(mc.InvalidArgumentError, match="empty batch"):
+            empty_batch([])
     with pytest.raises(mc.InvalidArgumentError, match="zero"):
         client.put(unique(), b"")
     with pytest.raises(TypeError):

@@ -57,9 +57,7 @@ class Keys:
             r = calls.one(OP_EXISTS, keys[0], timeout)
             found, codes = ([r == 1], None) if r >= 0 else (None, [r])
         else:
-            if not keys:
-                raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
-            codes = calls.keys_call(OP_EXISTS, keys, 0, timeout)
+            codes = calls.keys_call(OP_EXISTS, _given(keys), 0, timeout)
             found = _found(codes)
         if found is None:  # some key failed: retry per the policy, else raise its error
             assert codes is not None
@@ -76,7 +74,7 @@ class Keys:
         return None if r == OBJECT_NOT_FOUND else r
 
     def size_many(self, keys: list[Any], timeout: Timeout) -> list[int | None]:
-        results = self.calls.keys_list(OP_SIZE, keys, 0, timeout)
+        results = self.calls.keys_list(OP_SIZE, _given(keys), 0, timeout)
         raise_key_errors(keys, results, (OBJECT_NOT_FOUND,))
         return [None if r == OBJECT_NOT_FOUND else r for r in results]
 
@@ -91,13 +89,21 @@ class Keys:
         return True
 
     def remove_many(self, keys: list[Any], force: bool, timeout: Timeout) -> list[int]:
-        return self.calls.keys_list(OP_REMOVE, keys, FLAG_FORCE if force else 0, timeout)
+        return self.calls.keys_list(OP_REMOVE, _given(keys), FLAG_FORCE if force else 0, timeout)
 
     def lookup_prefix(self, keys: list[Any], timeout: Timeout) -> int:
         count, self._prefix_all_hit = self.calls.drive(
             lookup_prefix_plan(keys, self._prefix_all_hit), timeout
         )
         return count  # type: ignore[no-any-return]
+
+
+def _given(keys: list[Any]) -> list[Any]:
+    """``keys``, refused when empty: a batch call asks about at least one key, as every
+    batch call of both clients does."""
+    if not keys:
+        raise InvalidArgumentError(MCS_E_INVALID_ARG, "empty batch: give at least one key")
+    return keys
 
 
 def _found(results: list[int]) -> list[bool] | None:
