@@ -166,17 +166,18 @@ class LiveHits:
             return None
         now = _monotonic()
         nodes: dict[str, bytes] = {}  # node -> a key to read from it
-        stale: dict[str, bool] = {}  # node -> whether it must be read from now
+        must_read: dict[str, bool] = {}  # every node among the hits -> whether to read it now
         for kb, endpoints in zip(packed, per_key):
             for ep in endpoints:
-                must = stale.get(ep)
+                must = must_read.get(ep)
                 if must is None:
-                    must = stale[ep] = now - self._answered.get(ep, -TRUSTED_FOR) >= TRUSTED_FOR
+                    answered = self._answered.get(ep, -TRUSTED_FOR)
+                    must = must_read[ep] = now - answered >= TRUSTED_FOR
                 # a key held by this node alone reads from it; else the first one seen
                 if must and (ep not in nodes or len(endpoints) == 1):
                     nodes[ep] = kb
         with self._lock:
-            self._seen.update(dict.fromkeys(stale, now))
+            self._seen.update(dict.fromkeys(must_read, now))
         dead = self._probe(nodes)
         if dead is None:
             return None
