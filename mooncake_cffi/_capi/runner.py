@@ -169,19 +169,13 @@ class Runner:
             rb.busy = state.scratch_busy = False
 
     def keys(
-        self,
-        rb: ReusedBatch,
-        op: int,
-        packed_keys: bytes,
-        n: int,
-        flags: int,
-        convert: Callable[[Any, int], Any] = results_list,
-    ) -> tuple[int, Any, list[int] | None]:
+        self, rb: ReusedBatch, op: int, packed_keys: bytes, n: int, flags: int
+    ) -> tuple[int, list[int]]:
         """A batch of ``n`` keys only (EXISTS, SIZE, REMOVE), packed by
         :func:`~.marshal.pack_keys`, through ``mcs_client_run_keys``: (the shim's status,
-        ``convert(results, n)``, and the results as ints when that gave None).  The results
-        are read before the reused batch is free again: a call nested in this one (a
-        finalizer, a signal handler) cannot overwrite them."""
+        the results as ints, ``[]`` when it refused).  The results are read before the
+        reused batch is free again: a call nested in this one (a finalizer, a signal
+        handler) cannot overwrite them."""
         if n > rb.cap:
             rb.grow(n)
         results = rb.results
@@ -190,10 +184,7 @@ class Runner:
             rc = _run_keys(
                 self.native.handle, results, op, flags, packed_keys, len(packed_keys) + 1, n
             )
-            if rc:
-                return rc, None, None
-            answer = convert(results, n)
-            return 0, answer, (None if answer is not None else results_list(results, n))
+            return rc, (results_list(results, n) if rc == 0 else [])
         finally:
             rb.busy = False
 

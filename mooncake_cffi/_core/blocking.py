@@ -257,10 +257,10 @@ class BlockingCalls:
         # here before this thread's next call can reuse it.
         if self.native.handle is None:
             self.native.checked()  # raises ClosedError
-        rc, answer, _ = self.runner.keys(rb, op, pack_keys(keys), len(keys), flags)
+        rc, results = self.runner.keys(rb, op, pack_keys(keys), len(keys), flags)
         if rc:
             raise refused(rc, keys)
-        return answer  # type: ignore[no-any-return]
+        return results
 
     def keys_list(
         self, op: int, keys: list[Any], flags: int, timeout: Timeout, retrying: bool = True

@@ -220,9 +220,9 @@ class StoreCalls:
         rb = self.runner.reused(self.keys_deadline)
         if rb is None:
             return self._keys_private(op, keys, flags)
-        rc, results, _ = self.runner.keys(rb, op, pack_keys(keys), n, flags)
+        rc, results = self.runner.keys(rb, op, pack_keys(keys), n, flags)
         if rc == 0:
-            return results  # type: ignore[no-any-return]
+            return results
         return self._keys_refused(rc, op, keys, flags)
 
     def _keys_private(self, op: int, keys: list[Any], flags: int) -> list[int]:
