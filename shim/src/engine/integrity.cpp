@@ -36,6 +36,13 @@ uint64_t parts_bytes(const std::vector<size_t> &sizes, const std::vector<size_t>
     return n;
 }
 
+// `crc` carried on over key i's parts, in order.
+uint32_t parts_crc(uint32_t crc, const std::vector<void *> &bufs, const std::vector<size_t> &sizes,
+                   const std::vector<size_t> &first, size_t i) {
+    for (size_t j = first[i]; j < first[i + 1]; j++) crc = crc32c(crc, bufs[j], sizes[j]);
+    return crc;
+}
+
 // A read that did not verify is read again after these pauses (ms).
 constexpr int kRetryPauseMs[] = {0, 1, 4, 10};
 
@@ -336,12 +343,7 @@ private:
         std::vector<uint32_t> crcs(n);
         for_each_on_two_threads(
             n, [&](size_t i) { return parts_bytes(sizes, first, i); },
-            [&](size_t i) {
-                uint32_t crc = key_seed(keys[i]);
-                for (size_t j = first[i]; j < first[i + 1]; j++)
-                    crc = crc32c(crc, bufs[j], sizes[j]);
-                crcs[i] = crc;
-            });
+            [&](size_t i) { crcs[i] = parts_crc(key_seed(keys[i]), bufs, sizes, first, i); });
         for (size_t i = 0; i < n; i++) {
             for (size_t j = first[i]; j < first[i + 1]; j++) {
                 b2.push_back(bufs[j]);
@@ -498,14 +500,9 @@ private:
         auto read = [&](size_t i) { return r[i] < int64_t(kTrailerSize) ? 0 : uint64_t(r[i]); };
         for_each_on_two_threads(n, read, [&](size_t i) {
             if (r[i] < int64_t(kTrailerSize)) return;  // an error (or not ours: -800)
-            auto parts_crc = [&](uint32_t crc) {
-                for (size_t j = first[i]; j < first[i + 1]; j++)
-                    crc = crc32c(crc, bufs[j], sizes[j]);
-                return crc;
-            };
             r[i] = verdict(
-                tr[i], parts_crc(key_seed(keys[i])), [&] { return parts_crc(0); },
-                r[i] - int64_t(kTrailerSize));
+                tr[i], parts_crc(key_seed(keys[i]), bufs, sizes, first, i),
+                [&] { return parts_crc(0, bufs, sizes, first, i); }, r[i] - int64_t(kTrailerSize));
         });
         return r;
     }
