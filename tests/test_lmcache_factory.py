@@ -24,10 +24,14 @@ from lmcache.v1.distributed.api import MemoryLayoutDesc  # noqa: E402
 from lmcache.v1.distributed.internal_api import L1MemoryDesc  # noqa: E402
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter  # noqa: E402
 from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface  # noqa: E402
+from lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter import (  # noqa: E402
+    NativeConnectorL2Adapter,
+)
 from lmcache_helpers import key, memory_obj, parse, signalled, spec  # noqa: E402
 
 import mooncake_cffi.lmcache as plugin  # noqa: E402
 from mooncake_cffi.lmcache import compat  # noqa: E402
+from mooncake_cffi.lmcache.extension import LMCacheMooncakeClient  # noqa: E402
 
 LAYOUT = {0: MemoryLayoutDesc(shapes=[], dtypes=[])}
 # A master nobody listens on: a test that reached the network would fail differently.
@@ -157,15 +161,76 @@ def test_a_bad_adapter_param_fails_creation_with_its_name(kind):
         create_l2_adapter(config)
 
 
-def test_an_lmcache_whose_interface_differs_fails_clearly(monkeypatch):
+@pytest.fixture
+def fresh_check():
     compat.check_lmcache_version.cache_clear()
-    changed = L2AdapterInterface.__abstractmethods__ | {"submit_prefetch_task"}
-    monkeypatch.setattr(L2AdapterInterface, "__abstractmethods__", changed)
-    try:
-        with pytest.raises(compat.LMCacheVersionError, match="submit_prefetch_task"):
-            compat.check_lmcache_version()
-    finally:
-        compat.check_lmcache_version.cache_clear()
+    compat._client_calls.cache_clear()
+    yield
+    compat.check_lmcache_version.cache_clear()
+    compat._client_calls.cache_clear()
+
+
+def test_an_abstract_method_lmcache_adds_is_named(monkeypatch, fresh_check):
+    # A release whose L2AdapterInterface grows a method its NativeConnectorL2Adapter leaves
+    # abstract: the plugins cannot implement it blindly, so they say which it is.
+    monkeypatch.setattr(
+        NativeConnectorL2Adapter, "__abstractmethods__", frozenset({"submit_prefetch_task"})
+    )
+    with pytest.raises(compat.LMCacheVersionError, match="submit_prefetch_task") as caught:
+        compat.check_lmcache_version()
+    assert compat._installed() in str(caught.value)
+
+
+def test_a_constructor_argument_we_cannot_give_is_named(monkeypatch, fresh_check):
+    original = NativeConnectorL2Adapter.__init__
+
+    def needs_more(self, native_client, prefetch_policy, max_capacity_gb=0):  # type: ignore[no-untyped-def]
+        original(self, native_client, max_capacity_gb=max_capacity_gb)
+
+    monkeypatch.setattr(NativeConnectorL2Adapter, "__init__", needs_more)
+    with pytest.raises(compat.LMCacheVersionError, match="'prefetch_policy'"):
+        compat.check_lmcache_version()
+
+
+def test_an_error_reaches_the_caller_at_adapter_creation(monkeypatch, params, fresh_check):
+    monkeypatch.setattr(
+        NativeConnectorL2Adapter, "__abstractmethods__", frozenset({"submit_prefetch_task"})
+    )
+    config = parse(spec("native_plugin", params)).adapters[0]
+    with pytest.raises(compat.LMCacheVersionError, match="submit_prefetch_task"):
+        create_l2_adapter(config)
+
+
+def test_every_client_method_lmcache_calls_is_there(fresh_check):
+    calls = compat._client_calls()
+    # What every release from 0.5.4 calls; read from the installed one's source.
+    assert {"event_fd", "submit_batch_get", "drain_completions", "close"} <= calls
+    compat.check_native_client(plugin.MooncakeConnector)
+    compat.check_native_client(LMCacheMooncakeClient)
+
+
+def test_a_client_method_lmcache_calls_and_we_lack_is_named(fresh_check):
+    class Partial:
+        def event_fd(self) -> int:
+            return -1
+
+    with pytest.raises(compat.LMCacheVersionError, match="drain_completions") as caught:
+        compat.check_native_client(Partial)
+    assert "event_fd" not in str(caught.value).split("lacks:")[1]
+
+
+def test_the_memory_tags_match_lmcaches_own_mooncake_store(fresh_check):
+    import inspect
+
+    takes = "memory_tags" in inspect.signature(NativeConnectorL2Adapter.__init__).parameters
+    arguments = compat.native_adapter_arguments(type_name="x", unknown_option=1)
+    assert arguments.get("type_name") == "x" and "unknown_option" not in arguments
+    assert ("memory_tags" in arguments) == takes
+    if takes:  # LMCache 0.5.7 on: the adapter answers what LMCache's own factory passes
+        from lmcache.v1.distributed.api import MemoryResidency, MemorySegment
+
+        tags = arguments["memory_tags"]
+        assert (tags.segment, tags.residency) == (MemorySegment.STORAGE, MemoryResidency.REMOTE)
 
 
 def test_an_untested_lmcache_with_the_same_interface_only_warns(monkeypatch):

@@ -4,8 +4,9 @@ LMCache builds a ``"plugin"`` adapter as ``MooncakeL2Adapter(adapter_params,
 l1_memory_desc=desc)``; it must subclass LMCache's ``L2AdapterInterface``.  This is the only
 external path that receives LMCache's L1 memory region, so it is the one RDMA needs.  It
 subclasses LMCache's own ``NativeConnectorL2Adapter`` (store / lookup-and-lock / load /
-delete, task ids, bitmaps, usage accounting) over a :class:`MooncakeConnector`, so both
-plugin types behave the same apart from L1 registration.
+delete, task ids, bitmaps, usage accounting, and from LMCache 0.5.7 its memory tags,
+``STORAGE``/``REMOTE``) over a :class:`MooncakeConnector`, so both plugin types behave the
+same apart from L1 registration.
 
 This module imports LMCache at import time; ``mooncake_cffi.lmcache`` imports it only
 when ``MooncakeL2Adapter`` is asked for.
@@ -17,9 +18,9 @@ import ctypes
 from collections.abc import Mapping
 from typing import Any
 
-from .compat import check_lmcache_version
+from .compat import check_lmcache_version, native_adapter_arguments
 
-check_lmcache_version()
+check_lmcache_version()  # LMCache resolves the class when it creates the adapter
 
 from lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter import (  # noqa: E402
     NativeConnectorL2Adapter,
@@ -84,8 +85,7 @@ class MooncakeL2Adapter(NativeConnectorL2Adapter):  # type: ignore[misc]  # unty
             l1 = l1_buffer(l1_memory_desc)
         connector = MooncakeConnector(l1=l1, **params)
         try:
-            super().__init__(
-                connector,
+            arguments = native_adapter_arguments(
                 max_capacity_gb=capacity,
                 type_name="mooncake_cffi",
                 extra_status={
@@ -97,6 +97,7 @@ class MooncakeL2Adapter(NativeConnectorL2Adapter):  # type: ignore[misc]  # unty
                     "key_prefix": connector.key_prefix,
                 },
             )
+            super().__init__(connector, **arguments)
         except BaseException:
             connector.close()
             raise

@@ -44,6 +44,7 @@ from .._core.breaker import DEADLINE, PROBE_KEY, Breaker
 from .._core.breaker import failed as has_failed
 from ..client import Client, Completion
 from ..errors import MooncakeError
+from ..replica import ReplicateConfig
 from ..status import (
     INVALID_PARAMS,
     MCS_E_CLOSED,
@@ -54,7 +55,7 @@ from ..status import (
     is_retryable,
 )
 from ..status import name as status_name
-from .compat import check_lmcache_version
+from .compat import check_lmcache_version, check_native_client
 from .failure_log import FailureLog, logger
 from .params import parse_adapter_params
 
@@ -184,20 +185,25 @@ class MooncakeConnector:
         l1: a writable buffer to register with Mooncake as L1 memory (not a JSON key: the
             ``"plugin"`` adapter passes LMCache's L1 region here).  Required with
             ``protocol: rdma``; with tcp registered only when ``register_l1`` is true.
+        replicate_config: the replica options of every write (not a JSON key; None: from
+            the JSON's ``replica_num`` / ``soft_pin_ttl_ms`` / ... keys).
         **params: ``adapter_params``.
 
     Raises:
         ValueError: a bad ``adapter_params`` value, named; a missing L1 region with rdma
             (before any network traffic).
-        LMCacheVersionError: created inside an LMCache whose plugin interface differs
-            from the tested releases'.
+        LMCacheVersionError: created inside an LMCache that lacks something the plugins
+            need, or calls a method this class lacks (named, with the release).
         MooncakeError: Mooncake's setup failed (e.g. ``TransportError`` for an
             unreachable master).
     """
 
-    def __init__(self, *, l1: Any = None, **params: Any) -> None:
-        if "lmcache" in sys.modules:  # built by LMCache: check that its interface is the tested one
+    def __init__(
+        self, *, l1: Any = None, replicate_config: ReplicateConfig | None = None, **params: Any
+    ) -> None:
+        if "lmcache" in sys.modules:  # built by LMCache: check that it has what we need
             check_lmcache_version()
+            check_native_client(type(self))
         parsed = parse_adapter_params(params)
         self._prefix = parsed.key_prefix
         self._lock = threading.Lock()
@@ -222,7 +228,9 @@ class MooncakeConnector:
                 'one; use "type": "plugin", "module_path": "mooncake_cffi.lmcache", '
                 '"class_name": "MooncakeL2Adapter"'
             )
-        self._client = Client(parsed.store, l1, **parsed.client_options)
+        self._client = Client(
+            parsed.store, l1, replicate_config=replicate_config, **parsed.client_options
+        )
         if parsed.fail_open and not self._client.l1_registered:
             # (With L1 registered, transfers must use it: loads stay zero-copy, unstaged.)
             self._load_deadline = parsed.client_options["op_timeout"]

@@ -29,9 +29,12 @@ this module takes them as strings: Mooncake's keys reach Mooncake as they are, L
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..replica import ReplicateConfig
+from .compat import check_native_client
 from .connector import DrainedCompletion, MooncakeConnector
 from .params import CLIENT_OPTIONS, CONNECTOR_OPTIONS
 
@@ -84,10 +87,10 @@ def _option(name: str, value: Any) -> Any:
         except ValueError:
             raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
     if name in _COUNTS:
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}") from None
+        text = value.strip()
+        if not text.isdigit():
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        return int(text)
     if name in ("register_l1", "retry", "fail_open"):
         return _flag(name, value)
     return value  # key_prefix
@@ -107,10 +110,11 @@ class LMCacheMooncakeClient:
 
     Built by LMCache's ``mooncake_store`` adapter factory, in every form LMCache uses:
     ``LMCacheMooncakeClient(config=..., num_workers=..., l1_registration=...,
-    per_op_workers=...)`` (lmcache 0.5.6) and ``LMCacheMooncakeClient(config, num_workers,
-    preregister_l1_base, preregister_l1_size)`` (LMCache's newer native binding); a
-    ``replicate_config`` (a ReplicateConfig, or a dict of its fields) sets the default
-    replication of writes.
+    per_op_workers=...)`` (lmcache 0.5.4 to 0.5.7) and ``LMCacheMooncakeClient(config,
+    num_workers, preregister_l1_base, preregister_l1_size)`` (LMCache's newer native
+    binding); a ``replicate_config`` (a ReplicateConfig, or a dict of its fields, the form
+    LMCache's proposed replica fix passes) sets the replication of every write, as the
+    config's own ``replica_num`` / ``soft_pin_ttl_ms`` / ... keys do.
 
     Args:
         config: Mooncake's setup keys and this package's connector options, as strings.
@@ -120,9 +124,12 @@ class LMCacheMooncakeClient:
         l1_registration: the same as an :class:`L1RegistrationConfig`, taken when enabled.
         per_op_workers: dedicated workers per lane (``lookup``, ``retrieve``, ``store``,
             ``delete``).
+        replicate_config: the replica options of every write (None: from ``config``).
 
     Raises:
         ValueError: a bad key or value, named; ``protocol: rdma`` without an L1 region.
+        LMCacheVersionError: the LMCache that builds it calls a client method this class
+            lacks (named, with the release).
         MooncakeError: Mooncake's setup failed; the message names the address and reason.
     """
 
@@ -135,9 +142,17 @@ class LMCacheMooncakeClient:
         *,
         l1_registration: L1RegistrationConfig | None = None,
         per_op_workers: Mapping[str, int] | None = None,
+        replicate_config: ReplicateConfig | Mapping[str, Any] | None = None,
     ) -> None:
+        if "lmcache" in sys.modules:  # built by LMCache: check that it calls only what we have
+            check_native_client(type(self))
         if not isinstance(config, Mapping):
             raise ValueError(f"config must be a dict, got {type(config).__name__}")
+        if isinstance(replicate_config, Mapping):
+            try:
+                replicate_config = ReplicateConfig(**replicate_config)
+            except (TypeError, AttributeError) as exc:
+                raise ValueError(f"replicate_config: {exc}") from None
         params: dict[str, Any] = {"num_workers": num_workers}
         if per_op_workers:
             params["per_op_workers"] = dict(per_op_workers)
@@ -155,7 +170,7 @@ class LMCacheMooncakeClient:
         rdma = str(params.get("protocol", "tcp")).lower() == "rdma"
         if l1 is not None and not rdma and params.get("register_l1") is not True:
             l1 = None  # tcp moves bytes from any memory: registered only when asked
-        self.connector = MooncakeConnector(l1=l1, **params)
+        self.connector = MooncakeConnector(l1=l1, replicate_config=replicate_config, **params)
 
     def event_fd(self) -> int:
         """The descriptor LMCache polls: readable exactly while completions wait."""
