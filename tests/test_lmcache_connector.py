@@ -346,7 +346,7 @@ def test_tcp_with_register_l1_round_trips_inside_l1_and_refuses_outside(cluster_
 def test_the_plugin_adapter_says_how_to_install_lmcache_when_it_is_missing():
     import mooncake_cffi.lmcache as plugin
 
-    with pytest.raises(ImportError, match=r"pip install 'lmcache==.*'\.\[cpu,lmcache\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'lmcache>=0\.5\.4'.*'\.\[cpu,lmcache\]'"):
         plugin.MooncakeL2Adapter  # noqa: B018
 
 
