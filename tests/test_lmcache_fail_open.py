@@ -119,3 +119,54 @@ def test_a_load_from_a_frozen_storage_node_fails_at_its_deadline_and_never_write
         assert bytes(again) == value
     finally:
         conn.close()
+
+
+def test_an_abandoned_load_withdraws_its_own_batch_after_empty_and_refused_ones(local):
+    # Empty and refused batches take a task id of the connector's own but no client batch,
+    # so the two ids drift apart; an abandoned load must withdraw the client's batch it
+    # became, never the one whose client id equals its task id.
+    conn = MooncakeConnector(**local.client_config(key_prefix=f"fw-{uuid.uuid4().hex[:8]}/"))
+    submitted: list[int] = []
+    withdrawn: list[int] = []
+    client = conn.client
+    submit, withdraw = client.submit, client.batches.withdraw
+
+    def recording_submit(*args, **kwargs):
+        batch = submit(*args, **kwargs)
+        submitted.append(batch)
+        return batch
+
+    def recording_withdraw(batch: int) -> int:
+        withdrawn.append(batch)
+        return withdraw(batch)
+
+    client.submit = recording_submit  # type: ignore[method-assign]
+    client.batches.withdraw = recording_withdraw  # type: ignore[method-assign]
+    try:
+        value = os.urandom(1 << 20)
+        keys = [f"k{i}" for i in range(4)]
+        for k in keys:
+            done, _ = drain_one(conn, conn.submit_batch_set([k], [memoryview(value)]), WAIT_S)
+            assert done[1], done
+        for _ in range(3):  # drift: tasks with no client batch behind them
+            drain_one(conn, conn.submit_batch_get([], []), WAIT_S)
+            drain_one(conn, conn.submit_batch_get(["x"], []), WAIT_S)  # refused: no buffer
+        freeze(local.pids["storage"])
+        try:
+            loads = {}
+            for k in keys:
+                before = len(submitted)
+                out = memoryview(bytearray(1 << 20))
+                task = conn.submit_batch_get([k], [out])
+                assert len(submitted) == before + 1, "a load reached the client"
+                loads[task] = submitted[-1]
+            assert any(task != batch for task, batch in loads.items()), "the ids drifted"
+            for task in loads:
+                load, _ = drain_one(conn, task, DEADLINE + SLACK + 5)
+                assert load[1] is False and "MCS_E_TIMEOUT" in load[2], load
+        finally:
+            os.kill(local.pids["storage"], signal.SIGCONT)
+        assert withdrawn, "abandoned loads withdraw what is still queued"
+        assert set(withdrawn) <= set(loads.values()), (withdrawn, loads)
+    finally:
+        conn.close()

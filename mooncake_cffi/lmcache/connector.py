@@ -115,7 +115,7 @@ class _Batch:
     ``deadline``."""
 
     __slots__ = (
-        "id",
+        "task_id",
         "kind",
         "keys",
         "sizes",
@@ -132,13 +132,13 @@ class _Batch:
 
     def __init__(
         self,
-        id: int,
+        task_id: int,
         kind: str,
         keys: list[str],
         sizes: list[int] | None,
         buffers: list[Any] | None = None,
     ) -> None:
-        self.id = id
+        self.task_id = task_id  # the id LMCache sees; never the client's batch id
         self.kind = kind
         self.keys = keys
         self.sizes = sizes
@@ -209,11 +209,13 @@ class MooncakeConnector:
         self._lock = threading.Lock()
         self._closed = False
         self._next_id = 1
-        self._batches: dict[int, _Batch] = {}  # client id -> batch
+        # The client's batch id (of the latest submit of a batch: a retry is a new one) ->
+        # the batch, which LMCache knows by its own task id (info.task_id).
+        self._batches: dict[int, _Batch] = {}
         self._ready: list[DrainedCompletion] = []  # completions made here, not by the client
         self._failures = FailureLog()
         self._retry = parsed.retry
-        self._due: list[tuple[float, int, _Batch]] = []  # retries: (when, id, batch)
+        self._due: list[tuple[float, int, _Batch]] = []  # retries: (when, task id, batch)
         self._breaker: Breaker | None = None
         if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
             parsed.client_options["op_timeout"] = DEADLINE
@@ -390,36 +392,38 @@ class MooncakeConnector:
                 staging, staged = self._staging.views(sizes)
                 targets, bufs = bufs, list(staged)
             try:
-                cid = self._client.submit(_OPS[kind], names, bufs, force=(kind == "delete"))
+                client_batch = self._client.submit(
+                    _OPS[kind], names, bufs, force=(kind == "delete")
+                )
             except Exception as exc:
                 name = getattr(exc, "name", None) or type(exc).__name__
                 return self._post_failure(kind, len(names), name, str(exc))
-            own = self._take_id()
+            task_id = self._take_id()
             # LMCache keeps its buffers alive; staging memory is kept for the copy.
             keep = bufs if self._retry is not None or targets is not None else None
-            info = _Batch(own, kind, names, sizes, keep)
+            info = _Batch(task_id, kind, names, sizes, keep)
             if targets is not None and self._load_deadline is not None:
                 info.targets = targets
                 info.staging = staging
                 info.deadline = info.start + self._load_deadline
                 self._arm(info.deadline)
-            self._batches[cid] = info
-            return own
+            self._batches[client_batch] = info
+            return task_id
 
     def _abandon_late(self, done: list[DrainedCompletion]) -> None:
         """Fail the staged loads past their deadline (call with the lock held): LMCache
         recomputes, the breaker opens, and their completions are dropped when they come."""
         now = time.monotonic()
-        for info in self._batches.values():
+        for client_batch, info in self._batches.items():
             if info.deadline is None or info.abandoned or now < info.deadline:
                 continue
             info.abandoned = True
-            self._client.batches.withdraw(info.id)  # what is still queued is not read
+            self._client.batches.withdraw(client_batch)  # what is still queued is not read
             n = len(info.keys)
             name = status_name(MCS_E_TIMEOUT)
             detail = f"batch of {n} keys: not read within {self._load_deadline:g} s"
             self._failures.report("load", name, detail)
-            done.append((info.id, False, f"{name}: {detail}", [False] * n))
+            done.append((info.task_id, False, f"{name}: {detail}", [False] * n))
             if self._breaker is not None:
                 self._breaker.trip(MCS_E_TIMEOUT)
         due = [i.deadline for i in self._batches.values() if i.deadline and not i.abandoned]
@@ -460,7 +464,7 @@ class MooncakeConnector:
         if delay is None or (budget is not None and now + delay - info.start > budget):
             return self._finish(info)
         info.todo = again
-        heapq.heappush(self._due, (now + delay, info.id, info))
+        heapq.heappush(self._due, (now + delay, info.task_id, info))
         self._wake_at(now + delay)
         return True
 
@@ -469,7 +473,12 @@ class MooncakeConnector:
         if info.todo == list(range(len(info.keys))):
             return False  # the completion in hand is the whole batch's
         whole = Completion(
-            id=info.id, op=_OPS[info.kind], status=0, results=info.results, n_failed=0, message=""
+            id=info.task_id,
+            op=_OPS[info.kind],
+            status=0,
+            results=info.results,
+            n_failed=0,
+            message="",
         )
         self._ready.append(self._translate(info, whole))
         os.eventfd_write(self._local_fd, 1)
@@ -494,7 +503,9 @@ class MooncakeConnector:
             keys = [info.keys[i] for i in info.todo]
             bufs = None if info.buffers is None else [info.buffers[i] for i in info.todo]
             try:
-                cid = self._client.submit(_OPS[info.kind], keys, bufs, force=info.kind == "delete")
+                client_batch = self._client.submit(
+                    _OPS[info.kind], keys, bufs, force=info.kind == "delete"
+                )
             except Exception as exc:  # the retry itself was refused: the batch ends here
                 code = getattr(exc, "code", MCS_E_INVALID_ARG)
                 for i in info.todo:
@@ -502,7 +513,7 @@ class MooncakeConnector:
                 info.todo = []
                 self._finish(info)
                 continue
-            self._batches[cid] = info
+            self._batches[client_batch] = info
 
     def _refuse(self, kind: str, n: int, name: str, detail: str) -> int:
         with self._lock:
@@ -516,16 +527,17 @@ class MooncakeConnector:
 
     def _post(self, ok: bool, error: str, bools: list[bool] | None) -> int:
         """Queue a completion made here and signal it (call with the lock held)."""
-        own = self._take_id()
-        self._ready.append((own, ok, error, bools))
+        task_id = self._take_id()
+        self._ready.append((task_id, ok, error, bools))
         if not self._closed:
             os.eventfd_write(self._local_fd, 1)
-        return own
+        return task_id
 
     def _take_id(self) -> int:
-        own = self._next_id
+        """A task id for LMCache (ours: refused and empty batches take one too)."""
+        task_id = self._next_id
         self._next_id += 1
-        return own
+        return task_id
 
     def _translate(self, info: _Batch, c: Completion) -> DrainedCompletion:
         """LMCache's view of one of the client's completions (logs failures once)."""
@@ -537,7 +549,7 @@ class MooncakeConnector:
             name = status_name(c.status)
             self._failures.report(info.kind, name, f"batch of {len(info.keys)} keys: {c.message}")
             bools = None if info.kind == "store" else [False] * len(info.keys)
-            return info.id, False, f"{name}: {c.message}", bools
+            return info.task_id, False, f"{name}: {c.message}", bools
         if info.kind == "load":
             return self._translate_load(info, results)
         if info.kind == "lookup":
@@ -552,9 +564,9 @@ class MooncakeConnector:
             if r < 0 and not (info.kind == "delete" and r == OBJECT_NOT_FOUND)
         ]
         if not failed:
-            return info.id, True, "", bools
+            return info.task_id, True, "", bools
         error = self._describe(info, failed)
-        return info.id, False, error, bools
+        return info.task_id, False, error, bools
 
     def _translate_load(self, info: _Batch, results: list[int]) -> DrainedCompletion:
         sizes = info.sizes or []
@@ -566,7 +578,7 @@ class MooncakeConnector:
             self._staging.give_back(info.staging)
             info.staging = None
         if all(hits):
-            return info.id, True, "", hits
+            return info.task_id, True, "", hits
         mismatched = [
             (k, r, s)
             for k, r, s in zip(info.keys, results, sizes)
@@ -593,7 +605,7 @@ class MooncakeConnector:
             )
         if failed:
             parts.append(self._describe(info, failed))
-        return info.id, False, "; ".join(parts), hits
+        return info.task_id, False, "; ".join(parts), hits
 
     def _describe(self, info: _Batch, failed: list[tuple[str, int]]) -> str:
         """One line about the failed keys of a batch, logged once."""
