@@ -286,3 +286,56 @@ def test_a_buffer_handle_stays_valid_after_close_until_it_is_dropped(cluster: Lo
     while not client.closed and time.monotonic() < deadline:
         time.sleep(0.05)
     assert client.closed
+
+
+def test_close_racing_batch_get_buffer_never_frees_a_live_handles_memory(
+    cluster: LocalCluster,
+) -> None:
+    # close() while a batch_get_buffer runs: the handles that call returns must point at
+    # memory Mooncake still holds (the client stays open until they are dropped), in every
+    # round, wherever the close lands in the call.
+    import random
+    import threading
+
+    values = {tag(f"race{i}"): bytes([i]) * (256 << 10) for i in range(8)}
+    keys = list(values)
+    seed = OURS()
+    assert seed.setup(*setup_args(cluster)) == 0
+    try:
+        assert seed.put_batch(keys, list(values.values())) == 0
+    finally:
+        seed.close()
+    rng = random.Random(47)
+    hits = 0
+    for _ in range(30):
+        s = OURS()
+        assert s.setup(*setup_args(cluster)) == 0
+        client = s.client
+        got: list[list[Any]] = []
+        started = threading.Event()
+
+        def read(store: Any = s, out: list[list[Any]] = got, go: threading.Event = started) -> None:
+            go.set()
+            while store.client is not None:
+                out.append(store.batch_get_buffer(keys))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert started.wait(10)
+        time.sleep(rng.uniform(0, 0.02))  # where in a call the close lands: many places
+        assert s.close() == 0
+        reader.join(30)
+        assert not reader.is_alive()
+        live = [h for batch in got for h in batch if h is not None]
+        if live:
+            hits += 1
+            assert client is not None and not client.closed, "closed under live handles"
+            assert all(bytes(h) == values[k] for batch in got for k, h in zip(keys, batch) if h)
+        del live
+        got.clear()  # the last handles dropped
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while client is not None and not client.closed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client is not None and client.closed, "the last handle dropped closes it"
+    assert hits >= 10, f"only {hits} of 30 rounds read anything before the close"

@@ -493,9 +493,17 @@ class StoreCalls:
         """Mooncake's batch_get_buffer: a BufferHandle per key, None where unread."""
         if not keys:
             return []
+        # Held before the batch runs: a close() meanwhile waits for these handles too.
+        with self._lock:
+            if self._closing:
+                return [None] * len(keys)
+            self._held += 1
         try:
             packed, results, batch_id = self._get_buffer_batch(keys)
-        except MooncakeError as exc:
+        except BaseException as exc:
+            self._handle_dropped()
+            if not isinstance(exc, MooncakeError):
+                raise
             if exc.code not in repair.REPAIRABLE:
                 return [None] * len(keys)
             return repair.values_by_key(self.get_handles, keys, None)
@@ -505,8 +513,6 @@ class StoreCalls:
             runner.release(batch_id)
             self._handle_dropped()
 
-        with self._lock:
-            self._held += 1
         addrs = _unpack(ffi.cast("uintptr_t *", packed.values), len(results))
         return handles(results, addrs, release)
 
