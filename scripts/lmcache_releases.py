@@ -17,7 +17,11 @@ Releases run:
 - **reported**: the newest release on the index, when it is none of those (a pre-release,
   or past the range): run and printed with what failed, never failing the run.
 
-Prints a Markdown table (release, role, passed / failed / skipped, seconds) and, for a
+On the newest gated release (``--ours``) it also runs our own LMCache tests
+from the checkout (``OURS``: LMCache's parser and factory with both plugin types, and
+``lmcache server`` with the documented ``mooncake_store`` JSON serving through Mooncake).
+
+Prints a Markdown table (release, role, passed / failed / skipped, ours, seconds) and, for a
 release that failed, the failing tests with their first error line.  Exit status 0 when
 every gated release passed, 1 otherwise, 2 on a usage or setup error.
 
@@ -58,6 +62,13 @@ TEST_FILES = ("test_mooncake_store_l2_adapter.py", "conftest.py")
 # package supplies lmcache.lmcache_mooncake) and the RDMA cases (no RDMA device here).
 EXPECTED_SKIPS = re.compile(r"extension is available|RDMA", re.IGNORECASE)
 PER_RELEASE_TIMEOUT = 900.0
+#: Our own tests of LMCache beside this package: its parser, factory and ``lmcache server``
+#: with the documented ``mooncake_store`` JSON and both plugin types (run from the checkout).
+OURS = (
+    "tests/test_lmcache_factory.py",
+    "tests/test_lmcache_mooncake_store.py",
+    "tests/test_lmcache_cli.py",
+)
 
 
 def log(message: str) -> None:
@@ -180,6 +191,13 @@ class Outcome:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (test, reason)
     seconds: float = 0.0
     problem: str = ""  # install or setup failure
+    ours: str = ""  # our own tests' summary line ("" when not run)
+    ours_ok: bool = True
+
+    @property
+    def upstream_failed(self) -> list[tuple[str, str]]:
+        """The failures of LMCache's own tests (not of ours)."""
+        return [f for f in self.failed if not f[0].startswith("ours: ")]
 
     @property
     def unexpected_skips(self) -> list[tuple[str, str]]:
@@ -188,7 +206,11 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return (
-            not self.problem and self.passed > 0 and not self.failed and not self.unexpected_skips
+            not self.problem
+            and self.passed > 0
+            and not self.failed
+            and not self.unexpected_skips
+            and self.ours_ok
         )
 
 
@@ -241,7 +263,25 @@ def read_junit(path: Path, outcome: Outcome) -> None:
             outcome.passed += 1
 
 
-def test_release(venv: Path, sdist: Sdist, role: str) -> Outcome:
+def run_ours(venv: Path, outcome: Outcome) -> None:
+    """Our own LMCache tests (``OURS``) on the installed release, from the checkout."""
+    env = dict(os.environ, LMCACHE_DISABLE_BANNER="1")
+    argv = [str(venv / "bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *OURS]
+    try:
+        done = run(argv, cwd=ROOT, env=env, timeout=PER_RELEASE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        outcome.ours, outcome.ours_ok = f"ran over {PER_RELEASE_TIMEOUT:.0f} s", False
+        return
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    summary = lines[-1].strip("= ") if lines else f"exit {done.returncode}"
+    outcome.ours = re.sub(r", \d+ warnings?", "", summary).split(" in ")[0]
+    outcome.ours_ok = done.returncode == 0
+    if not outcome.ours_ok:
+        failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+        outcome.failed.extend(("ours: " + line.split(" ", 1)[-1], "") for line in failed[:20])
+
+
+def test_release(venv: Path, sdist: Sdist, role: str, ours: bool) -> Outcome:
     outcome = Outcome(sdist.version, role)
     started = time.monotonic()
     outcome.problem = install(venv, sdist.version)
@@ -300,7 +340,9 @@ def test_release(venv: Path, sdist: Sdist, role: str) -> Outcome:
                 outcome.problem = f"pytest exited {done.returncode}: {done.stdout[-600:]}"
         finally:
             stop_cluster(venv, work / "cluster")
-            outcome.seconds = time.monotonic() - started
+    if ours and not outcome.problem:
+        run_ours(venv, outcome)
+    outcome.seconds = time.monotonic() - started
     return outcome
 
 
@@ -335,19 +377,20 @@ def plan(index: dict[str, Sdist], asked: list[str], report: bool) -> list[tuple[
 
 def table(outcomes: list[Outcome]) -> str:
     rows = [
-        "| LMCache (PyPI) | role | LMCache's own adapter tests | seconds |",
-        "|---|---|---|---|",
+        "| LMCache (PyPI) | role | LMCache's own adapter tests | our LMCache tests | seconds |",
+        "|---|---|---|---|---|",
     ]
     for o in outcomes:
         if o.problem:
             result = f"not run: {o.problem.splitlines()[0][:120]}"
         else:
-            result = f"{o.passed} passed, {len(o.failed)} failed, {len(o.skipped)} skipped"
+            result = f"{o.passed} passed, {len(o.upstream_failed)} failed, {len(o.skipped)} skipped"
             if o.skipped:
                 reasons = sorted({"RDMA" if "RDMA" in r else "no-extension" for _, r in o.skipped})
                 result += f" ({', '.join(reasons)})" if not o.unexpected_skips else ""
         verdict = "ok" if o.ok else ("FAILED" if o.role == "gated" else "fails (reported only)")
-        rows.append(f"| {o.version} | {o.role} | {result}: {verdict} | {o.seconds:.0f} |")
+        ours = o.ours or "-"
+        rows.append(f"| {o.version} | {o.role} | {result}: {verdict} | {ours} | {o.seconds:.0f} |")
     return "\n".join(rows)
 
 
@@ -393,6 +436,14 @@ def main() -> int:
     )
     parser.add_argument("--no-report", action="store_true", help="skip the newest-release report")
     parser.add_argument(
+        "--ours",
+        choices=("newest", "all", "none"),
+        default="newest",
+        help="where to run our own LMCache tests too (OURS: its parser, factory and "
+        "lmcache server cases): on the newest gated release (the LMCache tier runs them "
+        "on 0.5.6), on every release, or on none (default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-install",
         action="store_true",
         help="use --venv as it is (no scripts/install_lmcache.sh refresh of this package)",
@@ -410,15 +461,19 @@ def main() -> int:
         return 2
     if not args.no_install:
         ensure_venv(args.venv)
+    gated = [v for v, role in pairs if role == "gated"]
+    last_gated = gated[-1] if gated else None
     outcomes = []
     for ver, role in pairs:
         log(f"lmcache {ver} ({role}): LMCache's own mooncake_store adapter tests")
-        outcome = test_release(args.venv, index[ver], role)
+        ours = args.ours == "all" or (args.ours == "newest" and ver == last_gated)
+        outcome = test_release(args.venv, index[ver], role, ours)
         outcomes.append(outcome)
         log(
-            f"lmcache {ver}: {outcome.passed} passed, {len(outcome.failed)} failed, "
+            f"lmcache {ver}: {outcome.passed} passed, {len(outcome.upstream_failed)} failed, "
             f"{len(outcome.skipped)} skipped in {outcome.seconds:.0f} s"
             + (f"; {outcome.problem.splitlines()[0]}" if outcome.problem else "")
+            + (f"; ours: {outcome.ours}" if outcome.ours else "")
         )
     print(table(outcomes))
     if index:
