@@ -87,20 +87,58 @@ def wait_for_teardowns_at_exit() -> None:
         os._exit(130)
 
 
-_env_lock = threading.Lock()
+class _RpcWaitEnv:
+    """Who has ``MC_RPC_TIMEOUT_MS`` set for their setup, so that every setup sees the value
+    it asked for: setups asking the same value (the drop-in's defaults all do) run at once;
+    one asking another, or none (``None``: Mooncake's default), waits until they are done.
+    The check and the change are made under one lock, never beside another setup's."""
+
+    NAME = "MC_RPC_TIMEOUT_MS"
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._users = 0
+        self._value: str | None = None  # what the setups in the block asked for
+        self._external = False  # the user's own value: kept for every setup, never changed
+
+    @contextlib.contextmanager
+    def holding(self, value: str | None) -> Iterator[None]:
+        with self._cond:
+            while self._users and not self._external and self._value != value:
+                self._cond.wait()
+            if self._users == 0:
+                self._external = self.NAME in os.environ
+                self._value = value
+                if value is not None and not self._external:
+                    os.environ[self.NAME] = value
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._users -= 1
+                if self._users == 0:
+                    if self._value is not None and not self._external:
+                        os.environ.pop(self.NAME, None)
+                    self._cond.notify_all()
 
 
-@contextlib.contextmanager
-def mooncake_timeouts_shortened(op_timeout: float | None) -> Iterator[None]:
+_rpc_wait_env = _RpcWaitEnv()
+
+
+def mooncake_timeouts_shortened(
+    op_timeout: float | None,
+) -> contextlib.AbstractContextManager[None]:
     """Within the block, Mooncake's RPC waits are no longer than a client's deadline.
 
     Mooncake reads ``MC_RPC_TIMEOUT_MS`` (a master RPC) from the environment when a client
     is set up, into that client's master connection, which then arms a timer per master
     RPC (one ``timerfd_settime``, bench/RESULTS.md).  The block (a client's setup) sets it
     when the environment does not, and takes it away again after: other clients of the
-    process, of this package or Mooncake's class, and processes started later (an
-    engine's workers) keep Mooncake's default; a value already set is kept and left.
-    ``op_timeout`` None changes nothing.
+    process and processes started later (an engine's workers) keep Mooncake's default; a
+    value already set is kept and left.  A setup with ``op_timeout`` None runs while none
+    of ours has the value set, so it never inherits another's; setups asking the same value
+    run at once (:class:`_RpcWaitEnv`).
 
     ``MC_TCP_STATUS_TIMEOUT_SEC`` is left alone, on purpose: it also bounds how long a TCP
     write waits for the storage node's acknowledgement once its last byte has left the
@@ -109,15 +147,8 @@ def mooncake_timeouts_shortened(op_timeout: float | None) -> Iterator[None]:
     then land in another key's value.  Mooncake's default (30 s) is kept unless the
     environment sets it (see docs/guide/failures.md).
     """
-    if op_timeout is None or "MC_RPC_TIMEOUT_MS" in os.environ:
-        yield
-        return
-    with _env_lock:  # two setups at once: neither takes the value away under the other
-        os.environ["MC_RPC_TIMEOUT_MS"] = str(max(100, int(op_timeout * 1000)))
-        try:
-            yield
-        finally:
-            os.environ.pop("MC_RPC_TIMEOUT_MS", None)
+    value = None if op_timeout is None else str(max(100, int(op_timeout * 1000)))
+    return _rpc_wait_env.holding(value)
 
 
 def _count(name: str, value: object, limit: int) -> int:
