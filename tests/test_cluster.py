@@ -382,3 +382,30 @@ def test_session_cluster(cluster: LocalCluster, cluster_config: dict[str, Any]) 
     status = cluster.status()
     assert status["healthy"], status
     assert status["key_count"] >= 1
+
+
+def test_the_library_path_a_binary_needs_goes_to_its_process_only(make_cluster, monkeypatch):
+    # A wheel whose binaries link a CUDA runtime it does not ship (0.3.12-0.3.13 non-cuda)
+    # gets that runtime's directory on LD_LIBRARY_PATH: of the master and storage node,
+    # never of this process, whose later loads (and children) it would change for good.
+    import os
+
+    from mooncake_cffi import wheel
+
+    extra = "/nonexistent/cudart-dir"
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/users-own")
+    monkeypatch.setattr(
+        wheel,
+        "binary_env",
+        lambda binary, base=None: {"LD_LIBRARY_PATH": f"{extra}:/opt/users-own"},
+    )
+    local = make_cluster("64 MB").start()
+    assert os.environ["LD_LIBRARY_PATH"] == "/opt/users-own"
+    for role in ("master", "storage"):
+        environ = open(f"/proc/{local.pids[role]}/environ", "rb").read().split(b"\0")
+        assert f"LD_LIBRARY_PATH={extra}:/opt/users-own".encode() in environ, role
+    local.kill("storage")
+    local.restart("storage")
+    assert os.environ["LD_LIBRARY_PATH"] == "/opt/users-own"
+    environ = open(f"/proc/{local.pids['storage']}/environ", "rb").read().split(b"\0")
+    assert f"LD_LIBRARY_PATH={extra}:/opt/users-own".encode() in environ

@@ -13,7 +13,6 @@ cluster's address); a feature whose flag is missing is refused by name.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,17 +101,23 @@ def storage(c: Any, index: int) -> tuple[list[str], str]:
 
 
 def runnable(binary: Path) -> Path:
-    """``binary``, after making sure the processes this one starts can load its libraries.
-
-    The 0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" binaries link libcudart.so.12 without shipping
-    it: ``nvidia-cuda-runtime-cu12``'s directory goes on this process's ``LD_LIBRARY_PATH``,
-    which every process the cluster spawns inherits.
-    """
+    """``binary``, after making sure it can load its libraries (a ClusterError saying how
+    to fix it when it cannot); what its processes need in their environment for that is
+    :func:`child_env`."""
     problem = wheel.missing_runtime(binary)
     if problem:
         raise ClusterError(problem)
-    os.environ.update(wheel.binary_env(binary))
     return binary
+
+
+def child_env(argv: list[str]) -> dict[str, str]:
+    """What the process of ``argv`` (a Mooncake binary's) needs added to its environment.
+
+    The 0.3.12, 0.3.12.post1 and 0.3.13 "non-cuda" binaries link libcudart.so.12 without
+    shipping it: ``nvidia-cuda-runtime-cu12``'s directory goes on that process's
+    ``LD_LIBRARY_PATH``, never on this process's, whose own loading it would change.
+    """
+    return wheel.binary_env(Path(argv[0]))
 
 
 def _require(known: frozenset[str], flag: str, feature: str) -> None:

@@ -100,7 +100,8 @@ def restart(c: Any, role: str, deadline: float) -> None:
     )
     try:
         if role in c.master_roles or role in c.storage_roles:
-            _argv.runnable(Path(proc.argv[0]))  # a loaded cluster's process may need LD_ paths
+            _argv.runnable(Path(proc.argv[0]))
+            proc.env.update(_argv.child_env(proc.argv))  # as today's wheel needs, not its own
         c._launch(proc)
         wait(c, what, ready, deadline, roles=[role])
     except ClusterError as exc:

@@ -419,12 +419,13 @@ class LocalCluster:
         env: dict[str, str] | None = None,
     ) -> None:
         confined = loopback.env(self.address(role)) if confine and self.loopback_confined else {}
+        libraries = _argv.child_env(argv) if confine else {}  # Mooncake's master and nodes
         proc = Proc(
             role=role,
             argv=argv,
             log=str(self.log_path(role)),
             marker=marker,
-            env={**confined, **(env or {})},
+            env={**confined, **libraries, **(env or {})},
             prefix=self._prefix(role),
         )
         self._launch(proc)
