@@ -11,7 +11,11 @@ Two hooks, each answering one module name and nothing else:
   is ``mooncake_cffi.store.MooncakeDistributedStore``, the drop-in. So a stack (vLLM,
   SGLang, LMCache) uses the drop-in with no change to its code, in every process it starts
   that inherits the environment. The shim is loaded before Mooncake's binding, as the
-  drop-in's read failover needs, whichever module the stack imports first.
+  drop-in's read failover needs, whichever module the stack imports first. A drop-in that
+  cannot load fails the import of ``mooncake.store`` with an ImportError saying why (the
+  user asked for it: the stack must not run Mooncake's class unknowingly);
+  ``MOONCAKE_CFFI_DROP_IN=fallback`` asks for the drop-in where it loads and Mooncake's
+  class, with a warning logged through ``logging`` (logger ``mooncake_cffi``), where not.
 
 An interpreter that imports neither name pays for this module's import and one or two
 entries in ``sys.meta_path``; nothing of ``mooncake_cffi`` is imported until then.
@@ -32,6 +36,7 @@ if TYPE_CHECKING:  # nothing more is imported at interpreter start
 #: The environment variable that switches ``mooncake.store`` to the drop-in.
 DROP_IN_ENV = "MOONCAKE_CFFI_DROP_IN"
 _ON = ("1", "true", "yes", "on")
+_FALLBACK = "fallback"
 _OFF = ("", "0", "false", "no", "off")
 
 
@@ -75,8 +80,9 @@ class _DropInLoader:
     """Loads Mooncake's ``mooncake.store`` with its own loader, the shim first, then puts the
     drop-in in place of its ``MooncakeDistributedStore``."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, fallback: bool) -> None:
         self.loader = loader
+        self.fallback = fallback
         self.ready = False
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
@@ -86,9 +92,24 @@ class _DropInLoader:
             import mooncake_cffi._capi.binding  # noqa: F401
 
             self.ready = True
-        except Exception as exc:  # the stack gets Mooncake's own class, and is told why
-            _warn(f"{DROP_IN_ENV} is set, but the drop-in cannot load ({exc}); "
-                  "mooncake.store keeps Mooncake's own MooncakeDistributedStore")  # fmt: skip
+        except Exception as exc:
+            if not self.fallback:  # asked for and not there: the stack must know
+                raise ImportError(
+                    f"{DROP_IN_ENV}=1 asks for mooncake-cffi's drop-in, but it cannot load "
+                    f"({type(exc).__name__}: {exc}); fix that, unset {DROP_IN_ENV} to run "
+                    f"Mooncake's own class, or set {DROP_IN_ENV}=fallback to fall back to "
+                    "it with a warning",
+                    name="mooncake.store",
+                ) from exc
+            import logging
+
+            logging.getLogger("mooncake_cffi").warning(
+                "%s=fallback: the drop-in cannot load (%s: %s); mooncake.store keeps "
+                "Mooncake's own MooncakeDistributedStore",
+                DROP_IN_ENV,
+                type(exc).__name__,
+                exc,
+            )
         created: ModuleType | None = self.loader.create_module(spec)
         return created
 
@@ -115,20 +136,27 @@ class DropInFinder:
         spec = PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None:
             return None
-        wrapped: Any = _DropInLoader(spec.loader)
+        fallback = drop_in_requested() == _FALLBACK
+        wrapped: Any = _DropInLoader(spec.loader, fallback)
         spec.loader = wrapped
         return spec
 
 
-def drop_in_requested(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the environment asks for the drop-in (a value it cannot read is reported)."""
+def drop_in_requested(environ: Mapping[str, str] | None = None) -> str:
+    """How the environment asks for the drop-in: ``"1"`` (required), ``"fallback"``
+    (where it loads), or ``""`` (not at all; a value it cannot read is reported)."""
     environ = os.environ if environ is None else environ
     value = environ.get(DROP_IN_ENV, "").strip().lower()
     if value in _ON:
-        return True
+        return "1"
+    if value == _FALLBACK:
+        return _FALLBACK
     if value not in _OFF:
-        _warn(f"{DROP_IN_ENV}={environ[DROP_IN_ENV]!r} is neither 1 nor 0: the drop-in is off")
-    return False
+        _warn(
+            f"{DROP_IN_ENV}={environ[DROP_IN_ENV]!r} is neither 1, fallback nor 0: "
+            "the drop-in is off"
+        )
+    return ""
 
 
 def install() -> None:

@@ -75,4 +75,41 @@ def test_without_the_switch_a_stack_keeps_mooncakes_class(cluster_config):
 def test_a_value_the_switch_cannot_read_is_reported_and_changes_nothing(cluster_config):
     out, err = stack(cluster_config, MOONCAKE_CFFI_DROP_IN="maybe")
     assert "cffi" not in out["class"]
-    assert "MOONCAKE_CFFI_DROP_IN='maybe' is neither 1 nor 0" in err
+    assert "MOONCAKE_CFFI_DROP_IN='maybe' is neither 1, fallback nor 0" in err
+
+
+#: A drop-in that cannot load: its binding made unimportable before the stack's import.
+BROKEN = "import sys; sys.modules['mooncake_cffi._capi.binding'] = None\n"
+
+
+def broken_stack(cluster_config: dict[str, Any], value: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "MOONCAKE_CFFI_DROP_IN"}
+    return subprocess.run(
+        [sys.executable, "-c", BROKEN + STACK, json.dumps(cluster_config), f"b-{uuid.uuid4().hex}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(environ, MOONCAKE_CFFI_DROP_IN=value),
+        check=False,
+    )
+
+
+def test_a_drop_in_asked_for_that_cannot_load_fails_the_import_saying_why(cluster_config):
+    result = broken_stack(cluster_config, "1")
+    assert result.returncode != 0, result.stdout
+    assert "ImportError: MOONCAKE_CFFI_DROP_IN=1 asks for mooncake-cffi's drop-in" in result.stderr
+    assert "mooncake_cffi._capi.binding" in result.stderr  # what failed to load
+    assert "MOONCAKE_CFFI_DROP_IN=fallback" in result.stderr  # and what else to do
+
+
+def test_fallback_runs_mooncakes_class_with_a_logged_warning(cluster_config):
+    result = broken_stack(cluster_config, "fallback")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "cffi" not in out["class"] and (out["setup"], out["read"]) == (0, True)
+    assert "MOONCAKE_CFFI_DROP_IN=fallback: the drop-in cannot load" in result.stderr
+
+
+def test_fallback_where_the_drop_in_loads_is_the_drop_in(cluster_config):
+    out, _ = stack(cluster_config, MOONCAKE_CFFI_DROP_IN="fallback")
+    assert out["class"] == "mooncake_cffi.store.distributed_store"
