@@ -204,6 +204,26 @@ def test_a_second_setup_replaces_the_first_client(cluster: LocalCluster) -> None
     assert store.client is None and store.get("k") == b""
 
 
+def test_a_second_setup_refused_before_connecting_leaves_the_store_working(
+    cluster: LocalCluster,
+) -> None:
+    store = MooncakeDistributedStore()
+    assert store.setup(*setup_args(cluster)) == 0
+    first = store.client
+    try:
+        key = tag("kept")
+        assert store.put(key, b"v") == 0
+        host, meta, *rest = setup_args(cluster)
+        assert store.setup("", meta, *rest) == -600  # refused: no local_hostname
+        assert store.setup({"local_hostname": "127.0.0.1"}) == -600  # no metadata_server
+        with pytest.raises(ValueError, match="fail_open"):
+            store.setup({**cluster.client_config(), "fail_open": "sometimes"})
+        assert store.client is first and first is not None and not first.closed
+        assert store.get(key) == b"v"
+    finally:
+        store.close()
+
+
 def test_our_keys_from_the_environment_serve_the_positional_form(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

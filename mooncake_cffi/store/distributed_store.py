@@ -102,10 +102,9 @@ class MooncakeDistributedStore(metaclass=_StoreType):
                 "which the drop-in (over a C ABI) cannot reach safely; call setup without engine "
                 "(the client makes its own TransferEngine, with its own transfer ports)"
             )
-        self.close()
         rc = setup_args.precheck(form, config)
         if rc:
-            return rc
+            return rc  # refused before connecting: a store already set up stays as it was
         merged = {**setup_args.env_options(), **config}
         admin_url = merged.pop("admin_url", None)
         fail_open = setup_args.fail_open_option(merged.pop("fail_open", True))
@@ -115,6 +114,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
         keys_on_rpc_wait = fail_open and options.get("op_timeout") is None
         if keys_on_rpc_wait:
             options["op_timeout"] = DEADLINE
+        self.close()  # the new setup is valid: the old client goes before the new connects
         try:
             client = Client(cfg, register_l1=False, **options)
         except MooncakeError as exc:
