@@ -6,7 +6,9 @@ LMCache) call the drop-in with no deadline of their own, and Mooncake's own wait
 frozen master or storage node are 30 s per call. So, unless the setup says
 ``"fail_open": false``:
 
-- every call has a deadline of :data:`DEADLINE` seconds unless the setup gives an
+- every data, lookup and remove call has a deadline of :data:`DEADLINE` seconds (not
+  ``get_into_ranges``, the session calls, nor buffer registration, which run as Mooncake's
+  do) unless the setup gives an
   ``op_timeout``, and a data call :data:`PER_MIB` seconds more per MiB it moves (a
   transfer of 96 MiB, a 2,048-token prompt's KV on a small model, gets 8 s: a loaded
   machine's slow transfer is not a store that stopped answering): data calls (reads,
