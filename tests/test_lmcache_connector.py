@@ -381,3 +381,18 @@ def test_op_timeout_and_retry_reach_the_client_and_its_batches(make_cluster, cap
         start = time.monotonic()
         assert one(plain, plain.submit_batch_set(["big2"], [buf(64 << 20)]))[1] is False
         assert time.monotonic() - start < took
+
+
+@pytest.mark.parametrize("value", ["-1", " -8", "1.5", "many", ""])
+def test_the_mooncake_store_client_refuses_a_count_that_is_not_one(value):
+    # LMCache hands the mooncake_store JSON's values over as strings.
+    from mooncake_cffi.lmcache.extension import LMCacheMooncakeClient
+
+    config = {
+        "local_hostname": "127.0.0.1",
+        "metadata_server": "http://127.0.0.1:1/metadata",
+        "master_server_addr": "127.0.0.1:1",
+        "queue_capacity": value,
+    }
+    with pytest.raises(ValueError, match=r"queue_capacity must be a non-negative integer"):
+        LMCacheMooncakeClient(config, 1)
