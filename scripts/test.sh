@@ -24,7 +24,9 @@
 #        scripts against local clusters, the Python integration tests once more with the
 #        shim under ASan, the LMCache tier's tests
 #        (tests/test_lmcache_{upstream_cases,factory,mooncake_store,cli,remote_backend}.py,
-#        in the engine tier's virtualenv; MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier),
+#        and the drop-in's torch tests, tests/test_store_{tensors,stacks}.py, in the engine
+#        tier's virtualenv, where a test skipped for want of torch or lmcache fails:
+#        tests/skip_budget.py; MOONCAKE_CFFI_SKIP_LMCACHE=1 skips the tier),
 #        LMCache's own mooncake_store adapter tests on each LMCache release
 #        (scripts/lmcache_releases.py; skipped with the LMCache tier), the SGLang tier's tests
 #        (tests/test_sglang_hicache.py, in PyPI sglang's virtualenv, cached between runs:
@@ -208,10 +210,13 @@ lmcache_tier() {
     await envenv || return 1
     local venv
     venv=$(tail -n 1 "$work/engine-venv")
-    LMCACHE_DISABLE_BANNER=1 "$venv/bin/pytest" -q -p no:cacheprovider \
+    # torch and lmcache are installed here: a test skipped for want of them fails the step.
+    MOONCAKE_CFFI_TESTS_REQUIRE=torch,lmcache LMCACHE_DISABLE_BANNER=1 \
+        "$venv/bin/pytest" -q -p no:cacheprovider \
         tests/test_lmcache_upstream_cases.py tests/test_lmcache_factory.py \
         tests/test_lmcache_mooncake_store.py tests/test_lmcache_cli.py \
-        tests/test_lmcache_remote_backend.py
+        tests/test_lmcache_remote_backend.py tests/test_store_tensors.py \
+        tests/test_store_stacks.py
 }
 # LMCache's own mooncake_store adapter tests, from each release's sdist, one release at a
 # time in one virtualenv (lmcache swapped); the table of releases is printed.

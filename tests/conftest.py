@@ -40,6 +40,9 @@ from mooncake_cffi import capi, topology
 from mooncake_cffi.capi import ffi, lib
 from mooncake_cffi.cluster import LocalCluster
 
+#: What the suite skipped and why, and the skips a tier forbids (tests/skip_budget.py).
+pytest_plugins = ("skip_budget",)
+
 # A suite started as a background job inherits SIGINT ignored, and so would every mcl2 it
 # starts (Python installs no KeyboardInterrupt handler then, as Unix tools should).  The
 # signal tests need Ctrl-C delivered: restore it here, and so for the processes started.
