@@ -283,7 +283,7 @@ def test_leader_killed_during_a_mixed_load(
         for kind, proc in clients.items():
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == "ready", f"{kind} client did not start"
-        time.sleep(before_kill)
+        time.sleep(before_kill)  # the load's length before the fault, not a wait for a state
         leader = local.status()["leader"]
         assert leader is not None
         killed_at = time.monotonic()

@@ -27,8 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from process_helpers import wait_until
 
 from mooncake_cffi import Client, MooncakeError
+from mooncake_cffi.cluster import ClusterError
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,6 +49,14 @@ RESUME_LIMIT = 60.0
 def value_of(key: str) -> bytes:
     """512 bytes that name their key, so a value read under another key is seen."""
     return key.encode().ljust(512, b".")
+
+
+def mounted(local: Any) -> list[str]:
+    """The leader's segments, or a placeholder while no leader answers (not yet dropped)."""
+    try:
+        return local.segments()
+    except ClusterError:
+        return ["(no answer)"]
 
 
 def etcd_outage(
@@ -84,11 +94,16 @@ def etcd_outage(
         writer = threading.Thread(target=write)
         writer.start()
         try:
-            time.sleep(SAFE_AGE + 2)
+            # Until writes acked SAFE_AGE s ago exist (and a few since), not for a fixed time.
+            wait_until(
+                f"writes acked {SAFE_AGE} s ago",
+                lambda: len(acked) > 20 and acked[0][1] < time.monotonic() - SAFE_AGE - 1,
+                SAFE_AGE + RESUME_LIMIT,
+            )
             leader_before = local.status()["leader"]
             killed_at = time.monotonic()
             local.kill("etcd")
-            time.sleep(ETCD_DOWN)
+            time.sleep(ETCD_DOWN)  # the outage's length: the fault under test, not a wait
             back_at = time.monotonic()
             local.restart("etcd")
             deadline = back_at + RESUME_LIMIT
@@ -101,7 +116,12 @@ def etcd_outage(
                     t > resumed for _, t in acked
                 ):
                     time.sleep(0.2)
-            time.sleep(2)
+            settled = time.monotonic()  # a few more writes acked: the load runs again
+            wait_until(
+                "writes acked after the outage",
+                lambda: sum(t > settled for _, t in acked) >= 20,
+                RESUME_LIMIT,
+            )
             leader_after = local.status()["leader"]
         finally:
             stop.set()
@@ -154,8 +174,8 @@ def test_etcd_killed_under_an_ha_cluster(
 
     def late_node() -> None:
         os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(2 * CLIENT_TTL)
+        try:  # frozen until the masters drop its segment (the TTL passed), not for a time
+            wait_until("the frozen node's segment dropped", lambda: not mounted(local), 120)
         finally:
             os.kill(pid, signal.SIGCONT)
 

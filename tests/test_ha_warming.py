@@ -175,7 +175,7 @@ def test_a_client_waits_out_a_warm_up_that_ends_within_its_connect_timeout(
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "setting up"
-        time.sleep(WARM_UP)
+        time.sleep(WARM_UP)  # how long the view stays a placeholder: the fault, not a wait
         write_view(ha, "warming-late", leader)
         out, err = proc.communicate(timeout=120)
     finally:
