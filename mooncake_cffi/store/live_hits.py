@@ -2,23 +2,28 @@
 fails open, count a key as present only if the storage nodes holding it answer.
 
 The master says a key exists from its metadata alone. A storage node that froze (SIGSTOP, a
-partition, a stalled host) keeps its keys in the master's books until its lease with the
-master runs out, so a stack that looks up a prompt's blocks is told they are there, and the
-load that follows fails at its deadline. vLLM, by default (``kv_load_failure_policy:
-fail``), then fails the request. So, before the drop-in answers 1 for a key, it makes sure
-the nodes holding it answer, within :data:`ANSWER_WITHIN`:
+partition, a stalled host) or died keeps its keys in the master's books until its lease with
+the master runs out (10 s by default), so a stack that looks up a prompt's blocks is told
+they are there, and the load that follows fails at its deadline. vLLM, by default
+(``kv_load_failure_policy: fail``), then fails the request. So:
 
-- it asks the master for the hit keys' replicas (one ``BatchQuery``, the call behind
-  ``batch_get_replica_desc``), and reads one byte of one key on each storage node among
-  them (Mooncake's ``get_into_ranges``, into a page registered for it);
+- while every storage node the client knows is up (:mod:`.node_health`: a thread reads a
+  byte of a key on each, 10 times a second), a lookup is the master's answer alone, one
+  round trip, as with Mooncake's class; the first lookup with hits after
+  :data:`DISCOVER_EVERY` seconds is checked as below anyway, so that nodes holding keys
+  the client had not seen yet become known;
+- otherwise, before the drop-in answers 1 for a key, it asks the master for the hit keys'
+  replicas (one ``BatchQuery``, the call behind ``batch_get_replica_desc``) and reads one
+  byte of one key on each storage node among them that is not known to be up (Mooncake's
+  ``get_into_ranges``, into a page registered for it), within :data:`ANSWER_WITHIN`; a
+  node known to be down or silent is not asked again;
 - a key whose every memory replica lies on a node that answered keeps its 1; a key with a
   replica on a node that did not (a transfer that failed, or no answer in time) is
   answered 0, and a node that did not answer in time opens the breaker
-  (:mod:`.fail_open`), as a read from it would have;
-- a lookup that comes right behind another one (within :data:`BURST_GAP` of its end),
-  while every node lately among the hits answered within :data:`TRUSTED_FOR`, asks nothing
-  more: a caller looking up in a tight loop pays one check per that interval, not one per
-  call, while a lookup after a pause (a new request to an engine) is always checked.
+  (:mod:`.fail_open`), as a read from it would have.
+
+A dead, frozen or cut-off node's keys thus stop counting as hits within about
+``PROBE_EVERY + FRESH_FOR`` (0.4 s), and count again once its reads answer.
 
 The check runs on a small pool of threads of its own: a node that does not answer holds a
 thread of it until Mooncake's own transfer wait ends, never the caller. Misses, and
@@ -32,30 +37,28 @@ import logging
 import mmap
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from ..status import INVALID_PARAMS, MCS_E_UNSUPPORTED
+from ..status import MCS_E_UNSUPPORTED
+from .node_health import NodeHealth, answered
 from .repair import key_bytes
 from .replicas import memory_endpoints
 
-__all__ = ["ANSWER_WITHIN", "BURST_GAP", "TRUSTED_FOR", "LiveHits"]
+__all__ = ["ANSWER_WITHIN", "DISCOVER_EVERY", "LiveHits"]
 
 log = logging.getLogger("mooncake_cffi.store")
 
 #: The longest a lookup waits for the nodes holding its hits to answer (seconds).
 ANSWER_WITHIN = 0.5
-#: How long a node that answered is trusted without asking again (seconds), by lookups
-#: that follow one another within BURST_GAP seconds.
-TRUSTED_FOR = 0.05
-BURST_GAP = 0.005
+#: While every known node is up, the first lookup with hits after this many seconds is
+#: checked all the same (one replica query): it finds the nodes not known yet.
+DISCOVER_EVERY = 1.0
 #: Nodes one check reads from at most (one byte each of a registered page).
 _PAGE = mmap.PAGESIZE
-#: A node not among any lookup's hits for this long (seconds) no longer counts for the
-#: trust above (a node that left the cluster would otherwise never let it start).
-_FORGET_AFTER = 30.0
 
 _monotonic = time.monotonic
 
@@ -78,22 +81,18 @@ class LiveHits:
         #: False once the wheel or the client cannot check (no replica query, no
         #: registered page): answers are then the master's.
         self.enabled = True
-        #: node -> when it last answered, and when a lookup's hits were last on it.
-        self._answered: dict[str, float] = {}
-        self._seen: dict[str, float] = {}
-        #: Until when every node seen so far is trusted (monotonic), and the last lookup.
-        self._trusted_until = 0.0
-        self._last_lookup = 0.0
+        #: The storage nodes' states (its probe reads go through :meth:`_read_byte`).
+        self.health = NodeHealth(weakref.WeakMethod(self._read_byte))
+        #: When the next lookup is checked even with every node up (monotonic).
+        self._discover_at = 0.0
         #: Hits answered 0 because a node holding them did not answer, and checks made.
         self.withheld = 0
         self.checks = 0
 
     def trusted(self) -> bool:
-        """Whether a lookup now needs no check: every node lately among the hits answered
-        within :data:`TRUSTED_FOR`, and the last lookup was within :data:`BURST_GAP`."""
-        now = _monotonic()
-        previous, self._last_lookup = self._last_lookup, now
-        return now < self._trusted_until and now - previous < BURST_GAP
+        """Whether a lookup now needs no check: every storage node known is up
+        (:class:`~.node_health.NodeHealth`), and no discovery check is due."""
+        return _monotonic() < self._discover_at and self.health.healthy()
 
     def confirm(self, keys: Sequence[Any], results: list[int]) -> list[int]:
         """``results`` (the master's answers for ``keys``) with each 1 whose nodes did not
@@ -103,10 +102,7 @@ class LiveHits:
             return results
         packed = [key_bytes(keys[i]) for i in hits]
         verdict = self._run(packed, keys[hits[0]])
-        # The next lookup is "right behind" this one if it comes within BURST_GAP of this
-        # one's end: a check of many hits (milliseconds) does not make a tight loop's next
-        # lookup look like one after a pause.
-        self._last_lookup = _monotonic()
+        self._discover_at = _monotonic() + DISCOVER_EVERY
         if verdict is None:
             return results
         out = list(results)
@@ -121,11 +117,13 @@ class LiveHits:
         return self.confirm([key], [1])[0]
 
     def close(self) -> None:
-        """Stops the pool, without waiting for a check held by a node (the page stays
-        mapped while a check can still read into it; the client's close unregisters it)."""
+        """Stops the pool and the health monitor, without waiting for a check held by a
+        node (the page stays mapped while a read can still land in it; the client's close
+        unregisters it)."""
         with self._lock:
             pool, self._pool = self._pool, None
             self.enabled = False
+        self.health.close()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
@@ -141,6 +139,14 @@ class LiveHits:
                 self._page, self._addr = page, addr
                 self._pool = ThreadPoolExecutor(4, thread_name_prefix="mooncake-live-hits")
             return self._pool
+
+    def _read_byte(self, key: bytes) -> int:
+        """One byte of ``key`` read into the probe page: Mooncake's result (the health
+        monitor's probe, on its own pool)."""
+        if self._ready() is None:
+            return MCS_E_UNSUPPORTED
+        got = self._calls.get_into_ranges([self._addr], [[key]], [[[0]]], [[[0]]], [[[1]]])
+        return int(got[0][0][0])
 
     def _run(self, packed: list[bytes], first: Any) -> list[bool] | None:
         pool = self._ready()
@@ -164,23 +170,24 @@ class LiveHits:
         if per_key is None:  # the wheel has no replica query
             self.enabled = False
             return None
-        now = _monotonic()
-        nodes: dict[str, bytes] = {}  # node -> a key to read from it
-        must_read: dict[str, bool] = {}  # every node among the hits -> whether to read it now
+        health = self.health
+        verdicts: dict[str, str] = {}  # node -> "up" (known), "silent" (known not), "read"
+        nodes: dict[str, bytes] = {}  # node -> a key to read from it now
         for kb, endpoints in zip(packed, per_key):
             for ep in endpoints:
-                must = must_read.get(ep)
-                if must is None:
-                    answered = self._answered.get(ep, -TRUSTED_FOR)
-                    must = must_read[ep] = now - answered >= TRUSTED_FOR
+                health.learn(ep, kb)
+                if ep not in verdicts:
+                    verdicts[ep] = (
+                        "silent" if health.silent(ep) else "up" if health.fresh(ep) else "read"
+                    )
                 # a key held by this node alone reads from it; else the first one seen
-                if must and (ep not in nodes or len(endpoints) == 1):
+                if verdicts[ep] == "read" and (ep not in nodes or len(endpoints) == 1):
                     nodes[ep] = kb
-        with self._lock:
-            self._seen.update(dict.fromkeys(must_read, now))
-        dead = self._probe(nodes)
-        if dead is None:
+        dead = {ep for ep, verdict in verdicts.items() if verdict == "silent"}
+        failed = self._probe(nodes)
+        if failed is None:
             return None
+        dead |= failed
         if not dead:
             return [True] * len(packed)
         return [not any(ep in dead for ep in endpoints) for endpoints in per_key]
@@ -203,23 +210,7 @@ class LiveHits:
                 self.enabled = False
                 return None
             for name, a in zip(names, answers):
-                # a value shorter than a byte (-600) still came from a node that answered
-                if a >= 0 or a == INVALID_PARAMS:
-                    self._answered[name] = _monotonic()
-                else:  # TRANSFER_FAIL, a key gone meanwhile: not read from that node
+                self.health.observed(name, a)
+                if not answered(a):  # TRANSFER_FAIL, a key gone meanwhile: not read there
                     dead.add(name)
-        self._trust(bool(dead))
         return dead
-
-    def _trust(self, failed: bool) -> None:
-        """Until when every node a lookup's hits were on lately stays trusted."""
-        with self._lock:
-            now = _monotonic()
-            for ep in [ep for ep, t in self._seen.items() if now - t > _FORGET_AFTER]:
-                del self._seen[ep]
-                self._answered.pop(ep, None)
-            if failed or not self._seen:
-                self._trusted_until = 0.0
-                return
-            oldest = min(self._answered.get(ep, -TRUSTED_FOR) for ep in self._seen)
-            self._trusted_until = oldest + TRUSTED_FOR
