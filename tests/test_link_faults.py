@@ -36,6 +36,9 @@ pytestmark = pytest.mark.usefixtures("netns")
 
 SLACK = 1.0  # an answer may come this long after the call's deadline
 CUT_DEADLINE = 1.0  # op_timeout of the clients in the partition tests (seconds)
+#: How soon a cut-off node's keys must stop counting as hits: the node-health monitor's worst
+#: case (PROBE_EVERY + FRESH_FOR, 0.4 s) and slack for a loaded machine.
+STALE_LIMIT = 1.4
 MiB = 1 << 20
 
 # The client process: one JSON command per line in, one JSON answer per line out.  Values are
@@ -590,3 +593,110 @@ def test_timed_out_reads_leave_no_queue_behind_on_a_slow_link(net, worker):
         f"\n[burst of {len(burst)} timed-out 16 MiB reads at 50 Mbit/s] {len(withdrawn)} withdrawn;"
         f" a 1 MiB read succeeded {back:.1f} s after the burst ({len(later)} tries)"
     )
+
+
+#: A stack's process on c0 with the drop-in as it gets it (positional setup, no options):
+#: it stores 16 keys, waits until its node-health monitor trusts the storage node, says
+#: "ready", then on "go" looks the keys up every 5 ms and reports each answer.
+LOOKUPS = r"""
+import json, sys, time
+from mooncake_cffi.store import MooncakeDistributedStore
+cfg = json.loads(sys.argv[1])
+s = MooncakeDistributedStore()
+assert s.setup(cfg["local_hostname"], cfg["metadata_server"], 0, 16 << 20, "tcp", "",
+               cfg["master_server_addr"]) == 0
+keys = [f"{sys.argv[2]}-{i}" for i in range(16)]
+for k in keys:
+    assert s.put(k, b"h" * 32768) == 0
+limit = time.monotonic() + 30
+while not s._x.live.trusted() and time.monotonic() < limit:
+    s.batch_is_exist(keys); time.sleep(0.01)
+print(json.dumps({"ready": s._x.live.trusted()}), flush=True)
+for line in sys.stdin:
+    until = time.monotonic() + float(json.loads(line)["seconds"])
+    while time.monotonic() < until:
+        t0 = time.monotonic()
+        answer = s.batch_is_exist(keys)
+        t1 = time.monotonic()
+        print(json.dumps({"at": t1, "took": t1 - t0, "hits": answer.count(1)}), flush=True)
+        time.sleep(0.005)
+    print(json.dumps({"done": True}), flush=True)
+s.close()
+"""
+
+
+def test_a_cut_off_storage_nodes_keys_stop_counting_as_hits_then_count_again(net, tmp_path):
+    """The drop-in's lookups answer a storage node's keys 0 within STALE_LIMIT of the link
+    to it going down (the master, reached, still lists them), each lookup within its
+    bound, and count them again once the link is back."""
+    t, cluster = net
+    env = {**os.environ, **cluster.client_env()}
+    for name in ("MC_RPC_TIMEOUT_MS", "MC_TCP_STATUS_TIMEOUT_SEC"):
+        env.pop(name, None)
+    for name in ("MCS_BIND_ADDRESS", "MC_TCP_BIND_ADDRESS"):
+        if name in env:
+            env[name] = t.ip("c0")
+    config = cluster.client_config(local_hostname=t.ip("c0"))
+    tag = f"health-{os.urandom(3).hex()}"
+    proc = t.run_in(
+        "c0",
+        [sys.executable, "-c", LOOKUPS, json.dumps(config), tag],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        stderr=(tmp_path / "lookups.log").open("wb"),
+        env=env,
+        cwd=tmp_path,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")
+
+    def run(seconds: float) -> list[dict[str, Any]]:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps({"seconds": seconds}) + "\n")
+        proc.stdin.flush()
+        out = []
+        while True:
+            line = lines.get(timeout=seconds + 30)
+            assert line, (tmp_path / "lookups.log").read_text(errors="replace")[-2000:]
+            answer = json.loads(line)
+            if answer.get("done"):
+                return out
+            out.append(answer)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        ready = json.loads(lines.get(timeout=90) or "{}")
+        assert ready.get("ready") is True, ready
+        t.cut("c0", "s0")
+        cut_at = time.monotonic()  # one clock for every namespace (CLOCK_MONOTONIC)
+        during = run(3.0)
+        t.heal()
+        healed_at = time.monotonic()
+        after = run(5.0)
+        stale = [a for a in during if a["hits"]]
+        first_clean = next(a["at"] for a in during if not a["hits"])
+        back = next((a["at"] for a in after if a["hits"] == 16), None)
+        print(
+            f"\n[cut c0-s0, drop-in lookups] hits promised {first_clean - cut_at:.2f} s after"
+            f" the cut ({len(stale)} lookups), slowest lookup {max(a['took'] for a in during):.2f}"
+            f" s; promised again {(back or float('nan')) - healed_at:.2f} s after the heal"
+        )
+        assert first_clean - cut_at <= STALE_LIMIT, (first_clean - cut_at, stale[-3:])
+        assert not [a for a in during if a["hits"] and a["at"] > first_clean], "promised again"
+        assert max(a["took"] for a in during) <= 0.5 + SLACK
+        assert back is not None, "the keys never counted again after the heal"
+    finally:
+        t.heal()
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
