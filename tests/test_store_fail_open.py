@@ -267,3 +267,27 @@ def test_a_data_calls_default_deadline_grows_with_the_bytes_it_moves(local, stor
         assert other._x.calls.per_mib is None
     finally:
         other.close()
+
+
+def test_the_stores_of_one_cluster_in_a_process_share_one_health_monitor(local):
+    stores = [MooncakeDistributedStore() for _ in range(3)]
+    for s in stores:
+        assert positional_setup(local, s) == 0
+    try:
+        health = stores[0]._x.live.health
+        assert all(s._x.live.health is health for s in stores)
+        keys = [f"shared-{i}-{uuid.uuid4().hex[:8]}" for i in range(4)]
+        for k in keys:
+            assert stores[0].put(k, b"s" * 4096) == 0
+        assert stores[1].batch_is_exist(keys) == [1] * 4  # one client's check teaches all
+        wait_until("the shared monitor trusting the node", health.healthy, 10)
+        assert len(health.states()) == 1
+        stores[1].close()
+        stores[0].close()
+        probes = health.probes
+        wait_until("probes going on for the store left", lambda: health.probes > probes + 3, 10)
+        assert stores[2].batch_is_exist(keys) == [1] * 4
+    finally:
+        for s in stores:
+            s.close()
+    assert health._closed, "the last store's close stops the monitor"

@@ -63,6 +63,17 @@ _PAGE = mmap.PAGESIZE
 _monotonic = time.monotonic
 
 
+def _cluster_of(calls: Any) -> str:
+    """The cluster a client belongs to, by its master's address (its monitor's key)."""
+    try:
+        setup = calls.client.config.setup_config
+        return (
+            str(setup.get("master_server_addr", "")) + "|" + str(setup.get("metadata_server", ""))
+        )
+    except AttributeError:
+        return f"client-{id(calls)}"
+
+
 class LiveHits:
     """Confirms existence answers of 1 against the storage nodes holding the keys.
 
@@ -82,7 +93,8 @@ class LiveHits:
         #: registered page): answers are then the master's.
         self.enabled = True
         #: The storage nodes' states (its probe reads go through :meth:`_read_byte`).
-        self.health = NodeHealth(weakref.WeakMethod(self._read_byte))
+        self._reader = weakref.WeakMethod(self._read_byte)
+        self.health = NodeHealth.shared(_cluster_of(calls), self._reader)
         #: When the next lookup is checked even with every node up (monotonic).
         self._discover_at = 0.0
         #: Hits answered 0 because a node holding them did not answer, and checks made.
@@ -123,7 +135,7 @@ class LiveHits:
         with self._lock:
             pool, self._pool = self._pool, None
             self.enabled = False
-        self.health.close()
+        self.health.detach(self._reader)
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 

@@ -72,17 +72,27 @@ class _Node:
         self.sent_at = 0.0
 
 
+_Reader = Callable[[], Callable[[bytes], int] | None]
+
+_shared_lock = threading.Lock()
+#: One monitor per cluster (its master's address) in a process, shared by its clients.
+_shared: dict[str, NodeHealth] = {}
+
+
 class NodeHealth:
     """The storage nodes' states, kept by a probe thread and by what lookups learn.
 
-    ``read`` gives the function (or None once its owner is gone: the monitor then stops)
-    that reads one byte of the key ``sample`` (bytes) and returns Mooncake's result (a
-    size, or a negative code); it runs on the monitor's pool. A ``weakref.WeakMethod``:
-    the monitor must not keep a store alive that its user dropped.
+    A reader gives the function (or None once its owner is gone) that reads one byte of
+    the key ``sample`` (bytes) and returns Mooncake's result (a size, or a negative code);
+    it runs on the monitor's pool. Readers are ``weakref.WeakMethod``: the monitor must not
+    keep a store alive that its user dropped. The clients of one cluster in a process share
+    one monitor (:meth:`shared`): its probes are the cluster's, not each client's; it stops
+    when the last reader is detached or gone.
     """
 
-    def __init__(self, read: Callable[[], Callable[[bytes], int] | None]) -> None:
-        self._read = read
+    def __init__(self, cluster: str = "") -> None:
+        self._cluster = cluster
+        self._readers: list[_Reader] = []
         self._lock = threading.Lock()
         self._nodes: dict[str, _Node] = {}
         self._wake = threading.Event()
@@ -92,6 +102,39 @@ class NodeHealth:
         #: Probe reads sent, and the states' changes, for the benchmarks and the operator.
         self.probes = 0
         self.changes = 0
+
+    @classmethod
+    def shared(cls, cluster: str, reader: _Reader) -> NodeHealth:
+        """The process's monitor of ``cluster``, with ``reader`` among its readers."""
+        with _shared_lock:
+            health = _shared.get(cluster)
+            if health is None or health._closed:
+                health = _shared[cluster] = cls(cluster)
+            health._readers.append(reader)
+            return health
+
+    def detach(self, reader: _Reader) -> None:
+        """``reader``'s client closed: the monitor goes on for the others, or stops."""
+        with _shared_lock:
+            if reader in self._readers:
+                self._readers.remove(reader)
+            last = not self._readers
+            if last and _shared.get(self._cluster) is self:
+                del _shared[self._cluster]
+        if last:
+            self.close()
+
+    def _read(self) -> Callable[[bytes], int] | None:
+        """A live reader's function (dropping the readers whose clients are gone)."""
+        with _shared_lock:
+            while self._readers:
+                read = self._readers[0]()
+                if read is not None:
+                    return read
+                del self._readers[0]
+            if _shared.get(self._cluster) is self:
+                del _shared[self._cluster]
+            return None
 
     # -- what lookups ask ------------------------------------------------------------
 
