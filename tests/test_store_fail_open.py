@@ -177,12 +177,13 @@ STALE_LIMIT = HEALTH_EVERY + FRESH_FOR + 1.0
 
 
 @pytest.mark.parametrize("fault", ["frozen", "killed"])
-def test_a_lookup_stops_promising_a_failed_storage_nodes_keys(local, store, fault):
+def test_a_lookup_stops_promising_a_failed_storage_nodes_keys(local, store, fault, caplog):
     """The master keeps a frozen or dead node's keys in its books (its own answer stays 1,
     as Mooncake's class answers); the drop-in's lookups answer them 0 within STALE_LIMIT of
     the fault, every lookup within ANSWER_WITHIN, so a stack recomputes instead of starting
     a load that would fail; a frozen node's keys are promised again once it answers. While
     every node is up, lookups are the master's answer alone (no check)."""
+    caplog.set_level(logging.WARNING, logger="mooncake_cffi.store")
     keys = [f"promised-{i}-{uuid.uuid4().hex[:8]}" for i in range(16)]
     for k in keys:
         assert store.put(k, os.urandom(32 << 10)) == 0
@@ -227,6 +228,11 @@ def test_a_lookup_stops_promising_a_failed_storage_nodes_keys(local, store, faul
             "the keys promised again", lambda: store.batch_is_exist(keys) == [1] * 16, RECOVERY
         )
         assert store.is_exist(keys[-1]) == 1
+        # the log said when the node fell silent, and when it answered again
+        said = [r.getMessage() for r in caplog.records if r.name == "mooncake_cffi.store"]
+        silent = [i for i, m in enumerate(said) if "has not answered a read" in m]
+        back = [i for i, m in enumerate(said) if "answers again" in m]
+        assert silent and back and silent[0] < back[-1], said
 
 
 def test_a_data_calls_default_deadline_grows_with_the_bytes_it_moves(local, store):

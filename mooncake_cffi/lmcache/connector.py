@@ -42,6 +42,7 @@ from typing import Any
 
 from .._core.breaker import DEADLINE, PROBE_KEY, Breaker
 from .._core.breaker import failed as has_failed
+from .._core.landing import LandingPool
 from ..client import Client, Completion
 from ..errors import MooncakeError
 from ..replica import ReplicateConfig
@@ -65,41 +66,6 @@ __all__ = ["MooncakeConnector"]
 _OPS = {"store": "put", "load": "get", "lookup": "exists", "delete": "remove"}
 
 DrainedCompletion = tuple[int, bool, str, "list[bool] | None"]
-
-
-class _StagingPool:
-    """Buffers for staged loads, kept for the next load of the same total size: a fresh one
-    costs zeroing and a page fault per page, about as much as the copy itself.  At most
-    :attr:`KEEP_BYTES` are kept (call with the connector's lock held)."""
-
-    KEEP_BYTES = 256 << 20
-
-    def __init__(self) -> None:
-        self._free: dict[int, list[bytearray]] = {}
-        self._kept = 0
-
-    def views(self, sizes: Sequence[int]) -> tuple[bytearray, list[memoryview]]:
-        """A buffer of ``sum(sizes)`` bytes and a writable view of it per key."""
-        total = sum(sizes)
-        free = self._free.get(total)
-        if free:
-            buf = free.pop()
-            self._kept -= total
-        else:
-            buf = bytearray(total)
-        view = memoryview(buf)
-        out, offset = [], 0
-        for size in sizes:
-            out.append(view[offset : offset + size])
-            offset += size
-        return buf, out
-
-    def give_back(self, buf: bytearray | None) -> None:
-        """``buf`` once Mooncake is done with it (its batch's completion was drained)."""
-        if buf is None or self._kept + len(buf) > self.KEEP_BYTES:
-            return
-        self._free.setdefault(len(buf), []).append(buf)
-        self._kept += len(buf)
 
 
 def _none(kind: str, keys: Sequence[str]) -> list[bool] | None:
@@ -220,7 +186,7 @@ class MooncakeConnector:
         if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
             parsed.client_options["op_timeout"] = DEADLINE
         self._armed_at: float | None = None  # when the load-deadline timer rings
-        self._staging = _StagingPool()
+        self._staging = LandingPool()
         #: Failing open, how long a load may take before it fails (it goes on in staging).
         self._load_deadline: float | None = None
         if l1 is None and parsed.store.protocol == "rdma":

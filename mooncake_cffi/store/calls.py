@@ -25,6 +25,7 @@ from .._capi.marshal import Packed, address, gather_values, pack_keys
 from .._capi.pointers import ranges_struct, staging_area
 from .._capi.runner import Runner
 from .._capi.shm import shm_alloc, shm_free
+from .._core.landing import LandingPool
 from .._core.types import DEFAULT
 from ..errors import MooncakeError
 from ..status import NO_AVAILABLE_HANDLE, OP_GET, OP_PUT, OP_UPSERT
@@ -41,6 +42,17 @@ INVALID_PARAMS = -600
 _NULL = ffi.NULL
 _unpack = ffi.unpack
 _from_buffer = ffi.from_buffer
+_memmove = ctypes.memmove
+
+
+def _plain_parts(addrs: Sequence[int], sizes: Sequence[int]) -> bool:
+    """Whether a key's parts are positive int addresses and sizes, as many of each."""
+    if not addrs or len(addrs) != len(sizes):
+        return False
+    for a, s in zip(addrs, sizes):
+        if type(a) is not int or type(s) is not int or a <= 0 or s <= 0:
+            return False
+    return True
 
 
 class StoreCalls:
@@ -325,6 +337,69 @@ class StoreCalls:
         except Failed as f:
             answer = repair.key_answer(op)
             return repair.batch_refused(f.rc, keys, answer, run, bad, reverse=op == OP_PUT)
+
+    def landed_parts(
+        self,
+        pool: LandingPool,
+        keys: list[Any],
+        all_addrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+    ) -> list[int]:
+        """:meth:`address_parts`'s GET through landing memory from ``pool``
+        (:mod:`mooncake_cffi._core.landing`): each key is read into a buffer of ours laid
+        out as its parts, and what was read is copied into the caller's parts only once
+        the call has its answer.  A load that times out leaves its bytes to land in that
+        buffer, which its batch keeps until the shim is done with it, never in the
+        caller's memory."""
+        n = len(keys)
+        if len(all_addrs) != n or len(all_sizes) != n:
+            return [INVALID_PARAMS] * n
+        if not n:
+            return []
+        for a, s in zip(all_addrs, all_sizes):
+            if not _plain_parts(a, s):  # Mooncake's answers (codes, TypeErrors), unread
+                return self.address_parts(OP_GET, keys, all_addrs, all_sizes, None)
+        buf = pool.take(sum(sum(s) for s in all_sizes))
+        base = int(ffi.cast("uintptr_t", ffi.from_buffer(buf)))
+        ours: list[list[int]] = []
+        offset = base
+        for sizes in all_sizes:
+            row = []
+            for size in sizes:
+                row.append(offset)
+                offset += size
+            ours.append(row)
+        kept: list[Packed] = []
+
+        def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
+            def build() -> Packed:
+                sub = [keys[i] for i in idx]
+                a, s = [ours[i] for i in idx], [all_sizes[i] for i in idx]
+                packed = Packed(OP_GET, sub, a, s, parts=True, addresses=True)  # type: ignore[arg-type]
+                packed._keep.append(buf)  # a timed-out batch keeps the memory it reads into
+                kept.append(packed)
+                return packed
+
+            return self._private(build)
+
+        try:
+            results = run(list(range(n)), keys)
+        except Failed as f:
+            results = repair.batch_refused(f.rc, keys, repair.key_answer(OP_GET), run)
+        for i, got in enumerate(results):
+            if got <= 0:
+                continue
+            left = got
+            for dst, src, size in zip(all_addrs[i], ours[i], all_sizes[i]):
+                step = min(size, left)
+                _memmove(dst, src, step)
+                left -= step
+                if not left:
+                    break
+        ours_now = {id(p) for p in kept}
+        if not any(id(o) in ours_now for o in self.native.orphans.values()):
+            pool.give_back(buf)  # no batch of this call still reads into it
+        return results
 
     # ------------------------------------------------------------ bytes values
     # (the bytes writes that are not one key: Mooncake's put_batch / upsert_batch, one code

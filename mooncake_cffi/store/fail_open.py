@@ -45,6 +45,7 @@ from typing import Any
 
 from .._capi.binding import ffi
 from .._core.breaker import DEADLINE, DOWN, PROBE_EVERY, PROBE_KEY, TRIP_AFTER, Breaker, failed
+from .._core.landing import LandingPool
 from ..status import OBJECT_NOT_FOUND, OP_EXISTS, OP_GET, TRANSFER_FAIL
 from .live_hits import LiveHits
 
@@ -90,6 +91,9 @@ class FailOpen:
         self.live = LiveHits(calls, node_silent)
         self.staged = calls.staged
         self.copies = calls.copies
+        #: Loads into the caller's memory read into memory of ours first (None: straight
+        #: into the caller's, as protocols other than tcp read only into registered memory).
+        self.landing = None if calls.staged else LandingPool()
 
     def __getattr__(self, name: str) -> Any:
         # Calls that move no data, or that the breaker does not guard: straight through.
@@ -146,7 +150,12 @@ class FailOpen:
         return value
 
     def get_into(self, key: Any, ptr: int, size: int) -> Any:
-        return self._run(self.calls.get_into, DOWN, key, ptr, size)
+        if self.landing is None or type(ptr) is not int or type(size) is not int:
+            return self._run(self.calls.get_into, DOWN, key, ptr, size)
+        return self._run(self._landed, [DOWN], [key], [[ptr]], [[size]])[0]
+
+    def _landed(self, keys: list[Any], all_addrs: Any, all_sizes: Any) -> Any:
+        return self.calls.landed_parts(self.landing, keys, all_addrs, all_sizes)
 
     def put_from(self, op: int, key: Any, ptr: int, size: int, config: Any) -> Any:
         return self._run(self.calls.put_from, DOWN, op, key, ptr, size, config)
@@ -168,11 +177,16 @@ class FailOpen:
         return results
 
     def addresses(self, op: int, keys: list[Any], addrs: Any, sizes: Any, config: Any) -> Any:
-        return self._run(self.calls.addresses, [DOWN] * len(keys), op, keys, addrs, sizes, config)
+        down = [DOWN] * len(keys)
+        if op == OP_GET and self.landing is not None and len(addrs) == len(sizes) == len(keys):
+            return self._run(self._landed, down, keys, [[a] for a in addrs], [[s] for s in sizes])
+        return self._run(self.calls.addresses, down, op, keys, addrs, sizes, config)
 
     def address_parts(
         self, op: int, keys: list[Any], all_addrs: Any, all_sizes: Any, config: Any
     ) -> Any:
+        if op == OP_GET and self.landing is not None:
+            return self._run(self._landed, [DOWN] * len(keys), keys, all_addrs, all_sizes)
         return self._run(
             self.calls.address_parts, [DOWN] * len(keys), op, keys, all_addrs, all_sizes, config
         )

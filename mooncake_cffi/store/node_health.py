@@ -23,6 +23,10 @@ lookup's hits are checked against the nodes holding them (:mod:`.live_hits`). A 
 keys therefore stop counting as hits within PROBE_EVERY + FRESH_FOR seconds of it dying,
 freezing or being cut off.
 
+Each node that falls silent or fails a read, and each that answers again, is logged once
+at WARNING on the ``mooncake_cffi.store`` logger, so an engine's log says when and why its
+hits stopped counting.
+
 A sample that the master no longer has (removed, evicted, or dropped with its node at the
 client TTL) makes its node unknown again: the next lookup that finds keys on it learns a
 new one.
@@ -62,7 +66,7 @@ def answered(result: int) -> bool:
 
 
 class _Node:
-    __slots__ = ("answered_at", "failed", "in_flight", "sample", "sent_at")
+    __slots__ = ("answered_at", "failed", "in_flight", "sample", "said", "sent_at")
 
     def __init__(self, sample: bytes) -> None:
         self.sample = sample
@@ -70,6 +74,7 @@ class _Node:
         self.failed = False  # its last read failed (a transfer error)
         self.in_flight: Future[int] | None = None
         self.sent_at = 0.0
+        self.said = ""  # what the log last said of it: "", SUSPECT (silent) or DOWN
 
 
 _Reader = Callable[[], Callable[[bytes], int] | None]
@@ -215,11 +220,22 @@ class NodeHealth:
         was = (n.failed, _monotonic() - n.answered_at < FRESH_FOR)
         if answered(result):
             n.answered_at, n.failed = _monotonic(), False
+            if n.said:
+                n.said = ""
+                log.warning("storage node %s answers again: its keys count as hits", node)
         elif result == OBJECT_NOT_FOUND:  # the sample is gone: the node is unknown again
             del self._nodes[node]
             return
         else:
             n.failed = True
+            if n.said != DOWN:
+                n.said = DOWN
+                log.warning(
+                    "storage node %s failed a read (%d): lookups count its keys as misses "
+                    "until it answers",
+                    node,
+                    result,
+                )
         if was != (n.failed, _monotonic() - n.answered_at < FRESH_FOR):
             self.changes += 1
             log.debug("node %s: %s", node, DOWN if n.failed else UP)
@@ -229,6 +245,7 @@ class NodeHealth:
             with self._lock:
                 pool = self._pool
                 todo = [(name, n) for name, n in self._nodes.items() if n.in_flight is None]
+                self._say_silent()
             read = self._read()
             if pool is None or read is None:
                 self.close()
@@ -243,6 +260,19 @@ class NodeHealth:
                     n.in_flight, n.sent_at = future, _monotonic()
                 future.add_done_callback(functools.partial(self._done, name, n))
             del read
+
+    def _say_silent(self) -> None:  # with the lock held
+        """Log, once per silence, each node whose read has waited over ANSWER_IN."""
+        now = _monotonic()
+        for name, n in self._nodes.items():
+            if n.in_flight is not None and not n.said and now - n.sent_at > ANSWER_IN:
+                n.said = SUSPECT
+                log.warning(
+                    "storage node %s has not answered a read for %.1f s: lookups count its "
+                    "keys as misses until it answers",
+                    name,
+                    now - n.sent_at,
+                )
 
     def _done(self, name: str, n: _Node, future: Future[int]) -> None:
         try:

@@ -1,0 +1,162 @@
+"""A drop-in transfer that outlives its call never touches the caller's memory after it.
+
+Failing open, a data call answers at its deadline while Mooncake's transfer goes on (it
+cannot be cancelled).  A stack takes the failure as its answer and reuses its buffers at
+once: vLLM hands the blocks of a failed load to the next request, and frees those of a
+failed save.  So a read that lands after its call returned must not land in the caller's
+memory (it would overwrite another request's KV), and a write that is sent after its call
+returned must not take its bytes from there (the key would hold whatever the caller wrote
+next).  Each test freezes (SIGSTOP) the storage node of a cluster of its own, lets a call
+time out, rewrites the caller's buffers, thaws the node and waits for the shim to finish
+the transfer; then it looks at the buffers and the stored value.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from process_helpers import freeze
+
+from mooncake_cffi.store import MooncakeDistributedStore
+
+#: Values large enough that a transfer cannot hide in the kernel's socket buffers.
+PART = 4 << 20
+KEYS = 4
+#: Bounds of the waits below on a loaded 2-core machine (Mooncake's own transfer wait on a
+#: thawed node, the call's deadline with its per-MiB growth, scheduling).
+CALL_S = 20.0
+DONE_S = 90.0
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float) -> None:
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, f"{what} not within {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def local(make_cluster):
+    cluster = make_cluster("96 MB").start()
+    yield cluster
+    for pid in cluster.pids.values():  # thaw whatever a test froze
+        if pid:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def store(local):
+    s = MooncakeDistributedStore()
+    # as vLLM's connector: positional, Mooncake's keys only, no segment of its own
+    assert s.setup(local.client_host, local.metadata_server, 0, 16 << 20, "tcp", "",
+                   local.master_addr) == 0
+    yield s
+    s.close()
+
+
+class Blocks:
+    """A registered region of KEYS * 2 parts of PART bytes, as an engine's KV blocks."""
+
+    def __init__(self, store: MooncakeDistributedStore) -> None:
+        self.raw = (ctypes.c_char * (KEYS * 2 * PART))()
+        self.base = ctypes.addressof(self.raw)
+        assert store.register_buffer(self.base, len(self.raw)) == 0
+        self.store = store
+
+    def ptrs(self) -> list[list[int]]:
+        return [[self.base + (2 * i + j) * PART for j in range(2)] for i in range(KEYS)]
+
+    def sizes(self) -> list[list[int]]:
+        return [[PART, PART] for _ in range(KEYS)]
+
+    def fill(self, byte: int) -> None:
+        ctypes.memset(self.base, byte, len(self.raw))
+
+    def bytes(self) -> bytes:
+        return ctypes.string_at(self.base, len(self.raw))
+
+    def close(self) -> None:
+        self.store.unregister_buffer(self.base)
+
+
+def _shim_done(store: MooncakeDistributedStore) -> Callable[[], bool]:
+    batches = store._x.calls.client.batches
+    return lambda: batches.in_flight == 0
+
+
+def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.monotonic()
+    result = call()
+    return result, time.monotonic() - start
+
+
+def test_a_load_that_outlives_its_call_never_lands_in_the_callers_buffers(local, store):
+    keys = [f"late-load-{i}-{uuid.uuid4().hex[:8]}" for i in range(KEYS)]
+    blocks = Blocks(store)
+    try:
+        blocks.fill(0x5A)
+        assert store.batch_put_from_multi_buffers(keys, blocks.ptrs(), blocks.sizes()) == [0] * KEYS
+        blocks.fill(0x00)
+        assert store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes()) == [
+            2 * PART
+        ] * KEYS
+        assert blocks.bytes() == b"\x5a" * len(blocks.raw)
+        pid = local.pids["storage"]
+        freeze(pid)
+        try:
+            got, took = _timed(
+                lambda: store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
+            )
+            assert took < CALL_S, took
+            assert all(r < 0 for r in got), got  # failed at its deadline, as a stack sees it
+            blocks.fill(0xC3)  # the stack reuses its blocks for another request
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until("the shim finishing the late load", _shim_done(store), DONE_S)
+        assert blocks.bytes() == b"\xc3" * len(blocks.raw), "a late load wrote the caller's memory"
+        # and the node serves the keys again, into the same buffers
+        wait_until(
+            "the keys read again",
+            lambda: store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
+            == [2 * PART] * KEYS,
+            DONE_S,
+        )
+        assert blocks.bytes() == b"\x5a" * len(blocks.raw)
+    finally:
+        blocks.close()
+
+
+def test_a_save_that_outlives_its_call_never_stores_what_the_caller_wrote_after(local, store):
+    keys = [f"late-save-{i}-{uuid.uuid4().hex[:8]}" for i in range(KEYS)]
+    blocks = Blocks(store)
+    try:
+        blocks.fill(0x5A)
+        pid = local.pids["storage"]
+        freeze(pid)
+        try:
+            got, took = _timed(
+                lambda: store.batch_put_from_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
+            )
+            assert took < CALL_S, took
+            assert all(r < 0 for r in got), got
+            blocks.fill(0xC3)  # the stack's blocks now hold another request's KV
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until("the shim finishing the late save", _shim_done(store), DONE_S)
+        # Each key is absent (the write was given up) or holds exactly what the caller
+        # handed over before the call returned; never the bytes written after.
+        for key in keys:
+            value = store.get(key)
+            assert value in (b"", b"\x5a" * 2 * PART), (key, len(value), set(value[:4096]))
+    finally:
+        blocks.close()
