@@ -58,8 +58,10 @@ def local(make_cluster):
 def store(local):
     s = MooncakeDistributedStore()
     # as vLLM's connector: positional, Mooncake's keys only, no segment of its own
-    assert s.setup(local.client_host, local.metadata_server, 0, 16 << 20, "tcp", "",
-                   local.master_addr) == 0
+    assert (
+        s.setup(local.client_host, local.metadata_server, 0, 16 << 20, "tcp", "", local.master_addr)
+        == 0
+    )
     yield s
     s.close()
 
@@ -107,9 +109,10 @@ def test_a_load_that_outlives_its_call_never_lands_in_the_callers_buffers(local,
         blocks.fill(0x5A)
         assert store.batch_put_from_multi_buffers(keys, blocks.ptrs(), blocks.sizes()) == [0] * KEYS
         blocks.fill(0x00)
-        assert store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes()) == [
-            2 * PART
-        ] * KEYS
+        assert (
+            store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
+            == [2 * PART] * KEYS
+        )
         assert blocks.bytes() == b"\x5a" * len(blocks.raw)
         pid = local.pids["storage"]
         freeze(pid)
@@ -127,8 +130,10 @@ def test_a_load_that_outlives_its_call_never_lands_in_the_callers_buffers(local,
         # and the node serves the keys again, into the same buffers
         wait_until(
             "the keys read again",
-            lambda: store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
-            == [2 * PART] * KEYS,
+            lambda: (
+                store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
+                == [2 * PART] * KEYS
+            ),
             DONE_S,
         )
         assert blocks.bytes() == b"\x5a" * len(blocks.raw)
