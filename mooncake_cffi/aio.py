@@ -169,14 +169,14 @@ class AsyncClient:
         (None for other ops)."""
         if step.op not in (OP_PUT, OP_UPSERT):
             return None
-        native = self.client._native
+        native = self.client.parts.native
         packed = native.pending[batch_id][0] if batch_id in native.pending else None
         write = PendingWrite(
             OPS[step.op],
             step.keys,
             batch_id,
             lambda i: None if packed is None else sent_bytes(packed, i),
-            self.client._calls.read_back,
+            self.client.parts.calls.read_back,
             None,
         )
 

@@ -27,6 +27,7 @@ from ._capi.native import NativeClient, mooncake_timeouts_shortened, positive_se
 from ._core.batches import Batches, Completion
 from ._core.blocking import BlockingCalls
 from ._core.keys import Keys
+from ._core.parts import ClientParts
 from ._core.staging import Staging
 from ._core.types import DEFAULT, Key, Timeout
 from ._core.values import Values
@@ -145,6 +146,9 @@ class Client:
         self._calls = BlockingCalls(self._native, self.batches, op_timeout, retry)
         self._values = Values(self._calls, self._native, self)
         self._keys = Keys(self._calls)
+        #: The client's layers, for the faces built on it (the drop-in, AsyncClient); a
+        #: program using the client needs none of them (:mod:`mooncake_cffi._core.parts`).
+        self.parts = ClientParts(self._native, self.batches, self._calls, self._values)
 
     # ----------------------------------------------------------- lifecycle
 

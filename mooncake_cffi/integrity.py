@@ -34,4 +34,4 @@ def integrity_stats(client: Any) -> dict[str, int | bool]:
     with a trailer, ``verified`` on reading, ``retried`` (re-reads of values that did not
     verify) and ``failed`` (reads answered with :class:`~mooncake_cffi.IntegrityError`)."""
     inner = getattr(client, "client", client)  # an AsyncClient holds a Client
-    return inner._native.integrity_stats()  # type: ignore[no-any-return]
+    return inner.parts.native.integrity_stats()  # type: ignore[no-any-return]

@@ -184,7 +184,7 @@ def test_replica_keys_are_ignored_as_mooncake_ignores_them(cluster: LocalCluster
         assert any("did you mean 'master_server_addr'" in m for m in messages), messages
         assert store.client is not None
         assert "replica_num" not in store.client.config.setup_config
-        assert store.client._native.default_replicate_config.replica_num == 1
+        assert store.client.parts.native.default_replicate_config.replica_num == 1
     finally:
         store.close()
 

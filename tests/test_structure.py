@@ -6,8 +6,9 @@
   shim's ``lib``; ``_core`` (what the faces share) sits on it; the faces (``Client``,
   ``AsyncClient``, the drop-in ``store``, the CLI, the LMCache tier) sit on the core.  No
   import runs back up a layer, and no module imports itself round a circle.
-* Nothing outside the package imports a private module of it, and no subpackage reaches
-  into another's private module.
+* Nothing outside the package imports a private module of it, no subpackage reaches
+  into another's private module, and no module reads another's objects' private
+  attributes (a face uses what a client declares for it: ``client.parts``).
 * The pure modules (status codes, errors, config) load without the native library.
 """
 
@@ -170,6 +171,72 @@ def test_no_subpackage_reaches_into_another_subpackages_private_module() -> None
             if theirs != mine and private and private != theirs:
                 offenders.append(f"mooncake_cffi/{'/'.join(rel)}:{line} imports {module}")
     assert not offenders, offenders
+
+
+#: Private attributes a file may use of objects it did not make, each with its reason: the
+#: cluster's start-up steps are split from LocalCluster by subject and drive its own steps.
+FRIENDS = {
+    "cluster/_startup.py": {"_assign_ports", "_spawn", "_launch"},
+}
+#: Private names of the standard library's own public API (``namedtuple._replace``,
+#: ``os._exit``).
+STDLIB_PRIVATE = {"_replace", "_exit", "_asdict", "_fields", "_getframe"}
+
+
+def _reach_ins(source: str) -> list[tuple[int, str]]:
+    """(line, expression) of each private attribute used of an object other than ``self``
+    or ``cls`` whose name the source itself never defines (as an attribute it assigns, a
+    function, a class or a ``__slots__`` entry): a reach into another object's inside."""
+    tree = ast.parse(source)
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            own.add(node.attr)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            own.update(
+                e.value
+                for e in getattr(node.value, "elts", [])
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            )
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        name = node.attr
+        if name.startswith("__") or name in own or name in STDLIB_PRIVATE:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        out.append((node.lineno, ast.unparse(node)))
+    return out
+
+
+def test_no_module_reaches_into_the_private_attributes_of_another_ones_objects() -> None:
+    """A face drives a client through what the client declares for it (``client.parts``,
+    ``client.batches``), never through its private attributes: the mix-ups of two things
+    both called "id" start where one module reads another's insides."""
+    offenders = []
+    for path in _python_files(PACKAGE):
+        rel = "/".join(path.relative_to(PACKAGE).parts)
+        allowed = FRIENDS.get(rel, set())
+        for line, expr in _reach_ins(path.read_text()):
+            if expr.rpartition(".")[2] not in allowed:
+                offenders.append(f"mooncake_cffi/{rel}:{line}: {expr}")
+    assert not offenders, offenders
+
+
+def test_a_reach_in_would_be_found() -> None:
+    source = (
+        "class A:\n"
+        "    def f(self, c):\n"
+        "        self._mine = c._theirs\n"
+        "        return self._mine, c._mine\n"
+    )
+    assert _reach_ins(source) == [(3, "c._theirs")]
 
 
 def _module_of(path: Path) -> str:

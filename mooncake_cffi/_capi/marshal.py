@@ -242,6 +242,11 @@ class Packed:
         self.keys = keys
         self._keep = keep
 
+    def hold(self, obj: Any) -> None:
+        """Keep ``obj`` (memory the batch points into) alive as long as the batch: until
+        its completion is drained, or its timed-out call's orphan is reaped."""
+        self._keep.append(obj)
+
     def unpack(self) -> list[int]:
         """The per-key results as a list of ints."""
         return results_list(self.results, self.n)

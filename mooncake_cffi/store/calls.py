@@ -78,21 +78,22 @@ class StoreCalls:
         per_mib: float | None = None,
     ) -> None:
         self.client = client
-        self.native = client._native
-        self.calls = client._calls
+        parts = client.parts  # the client's layers, declared (mooncake_cffi._core.parts)
+        self.native = parts.native
+        self.calls = parts.calls
         #: The client's shim calls, which its blocking driver makes too.
-        self.runner: Runner = client.batches.runner
-        self.values = client._values
+        self.runner: Runner = parts.batches.runner
+        self.values = parts.values
         self.staged = staged
         self.copies = copies
         self.shared = shared
         #: Whether calls on keys alone (no buffer) ignore the client's deadline: they need
         #: only the master, and its RPC wait is as short (the drop-in's fail-open default).
-        self.keys_deadline = client._calls.op_timeout is not None and not keys_on_rpc_wait
+        self.keys_deadline = parts.calls.op_timeout is not None and not keys_on_rpc_wait
         #: Seconds a data call's deadline grows by per MiB it moves (None: it does not):
         #: the drop-in's fail-open default, so that a large transfer on a loaded machine is
         #: not taken for a store that stopped answering.
-        self.per_mib = per_mib if client._calls.op_timeout is not None else None
+        self.per_mib = per_mib if parts.calls.op_timeout is not None else None
         # BufferHandle batches alive, and whether close() waits for them to be dropped.
         self._held = 0
         self._closing = False
@@ -161,7 +162,7 @@ class StoreCalls:
             else:
                 addr = int(ffi.cast("uintptr_t", buf))
                 packed = Packed(op, [kb], [addr], [size], flags=flags, addresses=True)
-                packed._keep.append(buf)
+                packed.hold(buf)
             self.calls.run_packed(packed, self._limit(packed), "")
         except MooncakeError as exc:
             return repair.one_refused(exc.code, op, kb)
@@ -376,7 +377,7 @@ class StoreCalls:
                 sub = [keys[i] for i in idx]
                 a, s = [ours[i] for i in idx], [all_sizes[i] for i in idx]
                 packed = Packed(OP_GET, sub, a, s, parts=True, addresses=True)  # type: ignore[arg-type]
-                packed._keep.append(buf)  # a timed-out batch keeps the memory it reads into
+                packed.hold(buf)  # a timed-out batch keeps the memory it reads into
                 kept.append(packed)
                 return packed
 
