@@ -37,26 +37,23 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .._core.breaker import DEADLINE, PROBE_KEY, Breaker
-from .._core.breaker import failed as has_failed
 from .._core.landing import LandingPool
 from ..client import Client, Completion
 from ..errors import MooncakeError
 from ..replica import ReplicateConfig
 from ..status import (
-    INVALID_PARAMS,
     MCS_E_CLOSED,
     MCS_E_INVALID_ARG,
     MCS_E_TIMEOUT,
-    OBJECT_NOT_FOUND,
-    SHIM_BASE,
     is_retryable,
 )
 from ..status import name as status_name
 from .compat import check_lmcache_version, check_native_client
+from .completions import DrainedCompletion, TaskBatch, Translation, none_found
 from .failure_log import FailureLog, logger
 from .params import parse_adapter_params
 
@@ -64,59 +61,6 @@ __all__ = ["MooncakeConnector"]
 
 #: LMCache's name of each operation (for logs) -> our Client's op.
 _OPS = {"store": "put", "load": "get", "lookup": "exists", "delete": "remove"}
-
-DrainedCompletion = tuple[int, bool, str, "list[bool] | None"]
-
-
-def _none(kind: str, keys: Sequence[str]) -> list[bool] | None:
-    """Per-key bools of a batch that found nothing (stores have none)."""
-    return None if kind == "store" else [False] * len(keys)
-
-
-class _Batch:
-    """What the connector must remember about a submitted batch to translate its completion:
-    and, with a retry policy, what to submit again (``todo``: the indices of the keys in
-    flight; ``results``: every key's latest outcome).  A load read through staging memory
-    (failing open) keeps LMCache's buffers in ``targets`` and may be ``abandoned`` at its
-    ``deadline``."""
-
-    __slots__ = (
-        "task_id",
-        "kind",
-        "keys",
-        "sizes",
-        "buffers",
-        "todo",
-        "results",
-        "delays",
-        "start",
-        "targets",
-        "deadline",
-        "abandoned",
-        "staging",
-    )
-
-    def __init__(
-        self,
-        task_id: int,
-        kind: str,
-        keys: list[str],
-        sizes: list[int] | None,
-        buffers: list[Any] | None = None,
-    ) -> None:
-        self.task_id = task_id  # the id LMCache sees; never the client's batch id
-        self.kind = kind
-        self.keys = keys
-        self.sizes = sizes
-        self.buffers = buffers
-        self.todo: list[int] = list(range(len(keys)))
-        self.results: list[int] = [0] * len(keys)
-        self.delays: Iterator[float] | None = None
-        self.start = time.monotonic()
-        self.targets: list[Any] | None = None
-        self.deadline: float | None = None
-        self.abandoned = False
-        self.staging: bytearray | None = None
 
 
 class MooncakeConnector:
@@ -177,11 +121,11 @@ class MooncakeConnector:
         self._next_id = 1
         # The client's batch id (of the latest submit of a batch: a retry is a new one) ->
         # the batch, which LMCache knows by its own task id (info.task_id).
-        self._batches: dict[int, _Batch] = {}
+        self._batches: dict[int, TaskBatch] = {}
         self._ready: list[DrainedCompletion] = []  # completions made here, not by the client
         self._failures = FailureLog()
         self._retry = parsed.retry
-        self._due: list[tuple[float, int, _Batch]] = []  # retries: (when, task id, batch)
+        self._due: list[tuple[float, int, TaskBatch]] = []  # retries: (when, task id, batch)
         self._breaker: Breaker | None = None
         if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
             parsed.client_options["op_timeout"] = DEADLINE
@@ -205,6 +149,7 @@ class MooncakeConnector:
         if parsed.fail_open:
             client = self._client
             self._breaker = Breaker(lambda: int(client.exists(PROBE_KEY, timeout=DEADLINE + 1.0)))
+        self._translation = Translation(self._failures, self._breaker, self._staging)
         try:
             self._local_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._epoll = select.epoll()
@@ -269,7 +214,7 @@ class MooncakeConnector:
                         self._staging.give_back(info.staging)
                         continue
                     if not self._retry_later(info, completion):
-                        done.append(self._translate(info, completion))
+                        done.append(self._translation(info, completion))
                 if len(batch) < 1024:
                     break
             self._abandon_late(done)
@@ -348,7 +293,9 @@ class MooncakeConnector:
             if breaker is not None and breaker.open:
                 breaker.refused += 1
                 name = status_name(breaker.code)
-                return self._post(False, f"{name}: the store is not answering", _none(kind, names))
+                return self._post(
+                    False, f"{name}: the store is not answering", none_found(kind, names)
+                )
             targets = None
             if kind == "load" and self._load_deadline is not None and bufs and sizes:
                 # Failing open, a load reads into memory of ours, copied into LMCache's
@@ -367,7 +314,7 @@ class MooncakeConnector:
             task_id = self._take_id()
             # LMCache keeps its buffers alive; staging memory is kept for the copy.
             keep = bufs if self._retry is not None or targets is not None else None
-            info = _Batch(task_id, kind, names, sizes, keep)
+            info = TaskBatch(task_id, kind, names, sizes, keep)
             if targets is not None and self._load_deadline is not None:
                 info.targets = targets
                 info.staging = staging
@@ -412,7 +359,7 @@ class MooncakeConnector:
             if not self._closed:
                 os.eventfd_write(self._local_fd, 1)
 
-    def _retry_later(self, info: _Batch, c: Completion) -> bool:
+    def _retry_later(self, info: TaskBatch, c: Completion) -> bool:
         """With a retry policy, whether the retryable keys of ``c`` go again (later); the
         outcomes land in ``info.results`` (call with the lock held)."""
         if self._retry is None or len(c.results) != len(info.todo):
@@ -434,7 +381,7 @@ class MooncakeConnector:
         self._wake_at(now + delay)
         return True
 
-    def _finish(self, info: _Batch) -> bool:
+    def _finish(self, info: TaskBatch) -> bool:
         """After retries: the batch completes with every key's last outcome."""
         if info.todo == list(range(len(info.keys))):
             return False  # the completion in hand is the whole batch's
@@ -446,7 +393,7 @@ class MooncakeConnector:
             n_failed=0,
             message="",
         )
-        self._ready.append(self._translate(info, whole))
+        self._ready.append(self._translation(info, whole))
         os.eventfd_write(self._local_fd, 1)
         return True
 
@@ -504,79 +451,3 @@ class MooncakeConnector:
         task_id = self._next_id
         self._next_id += 1
         return task_id
-
-    def _translate(self, info: _Batch, c: Completion) -> DrainedCompletion:
-        """LMCache's view of one of the client's completions (logs failures once)."""
-        results = c.results
-        if self._breaker is not None and (c.status < 0 or has_failed(results)):
-            self._breaker.observe(info.start, results if c.status >= 0 else c.status)
-        if c.status <= SHIM_BASE or len(results) != len(info.keys):
-            # failed as a whole: per-key results carry nothing
-            name = status_name(c.status)
-            self._failures.report(info.kind, name, f"batch of {len(info.keys)} keys: {c.message}")
-            bools = None if info.kind == "store" else [False] * len(info.keys)
-            return info.task_id, False, f"{name}: {c.message}", bools
-        if info.kind == "load":
-            return self._translate_load(info, results)
-        if info.kind == "lookup":
-            bools = [r == 1 for r in results]
-        elif info.kind == "delete":
-            bools = [r == 0 or r == OBJECT_NOT_FOUND for r in results]
-        else:
-            bools = None
-        failed = [
-            (k, r)
-            for k, r in zip(info.keys, results)
-            if r < 0 and not (info.kind == "delete" and r == OBJECT_NOT_FOUND)
-        ]
-        if not failed:
-            return info.task_id, True, "", bools
-        error = self._describe(info, failed)
-        return info.task_id, False, error, bools
-
-    def _translate_load(self, info: _Batch, results: list[int]) -> DrainedCompletion:
-        sizes = info.sizes or []
-        hits = [r == s for r, s in zip(results, sizes)]
-        if info.targets is not None and info.buffers is not None:
-            for hit, target, staged in zip(hits, info.targets, info.buffers):
-                if hit:
-                    memoryview(target).cast("B")[:] = staged
-            self._staging.give_back(info.staging)
-            info.staging = None
-        if all(hits):
-            return info.task_id, True, "", hits
-        mismatched = [
-            (k, r, s)
-            for k, r, s in zip(info.keys, results, sizes)
-            if (r >= 0 and r != s) or r == INVALID_PARAMS
-        ]
-        failed = [
-            (k, r)
-            for k, r in zip(info.keys, results)
-            if r < 0 and r not in (OBJECT_NOT_FOUND, INVALID_PARAMS)
-        ]
-        missing = sum(1 for r in results if r == OBJECT_NOT_FOUND)
-        parts = []
-        if missing:
-            parts.append(f"{missing} missing")
-        if mismatched:
-            k, r, s = mismatched[0]
-            got = "larger than" if r == INVALID_PARAMS else f"{r} bytes, not"
-            parts.append(
-                f"{len(mismatched)} stored with another size (e.g. {k!r}: {got} the "
-                f"buffer's {s} bytes)"
-            )
-            self._failures.report(
-                "load", "SIZE_MISMATCH", f"batch of {len(info.keys)} keys: {parts[-1]}"
-            )
-        if failed:
-            parts.append(self._describe(info, failed))
-        return info.task_id, False, "; ".join(parts), hits
-
-    def _describe(self, info: _Batch, failed: list[tuple[str, int]]) -> str:
-        """One line about the failed keys of a batch, logged once."""
-        key, code = failed[0]
-        name = status_name(code)
-        detail = f"{len(failed)} of {len(info.keys)} keys failed, first {key!r}: {name}"
-        self._failures.report(info.kind, name, detail)
-        return detail

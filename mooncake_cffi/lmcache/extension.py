@@ -35,7 +35,8 @@ from typing import Any
 
 from ..replica import ReplicateConfig
 from .compat import check_native_client
-from .connector import DrainedCompletion, MooncakeConnector
+from .completions import DrainedCompletion
+from .connector import MooncakeConnector
 from .params import CLIENT_OPTIONS, CONNECTOR_OPTIONS
 
 __all__ = ["L1RegistrationConfig", "LMCacheMooncakeClient"]
