@@ -448,6 +448,11 @@ def main() -> int:
         action="store_true",
         help="use --venv as it is (no scripts/install_lmcache.sh refresh of this package)",
     )
+    parser.add_argument(
+        "--newest-gated",
+        action="store_true",
+        help="print the newest gated release and exit (the engine tier runs route b on it)",
+    )
     args = parser.parse_args()
     try:
         index = index_sdists()
@@ -455,6 +460,9 @@ def main() -> int:
         print(f"error: cannot read {INDEX}: {exc}", file=sys.stderr)
         return 2
     pairs = plan(index, args.release, not args.no_report)
+    if args.newest_gated:
+        print(([v for v, role in pairs if role == "gated"] or [""])[-1])
+        return 0
     missing = [v for v, _ in pairs if v not in index]
     if missing:
         print(f"error: no sdist of lmcache {', '.join(missing)} on PyPI", file=sys.stderr)

