@@ -14,14 +14,61 @@ buffer costs zeroing and a page fault per page, about as much as the copy itself
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
-__all__ = ["LandingPool"]
+__all__ = ["LandingPool", "copy_out"]
 
 #: The smallest buffer the pool hands out; larger ones are powers of two, so loads of
 #: nearby sizes reuse each other's memory.
 _MIN_BYTES = 64 << 10
+
+
+#: A copy-out of at least this many bytes is split between the calling thread and a helper
+#: (both release the GIL): one thread copies about 5 GB/s on this project's 2-core VM.
+SPLIT_BYTES = 8 << 20
+
+_memmove = ctypes.memmove
+_helper: ThreadPoolExecutor | None = None
+_helper_lock = threading.Lock()
+
+
+def _copy(copies: Sequence[tuple[int, int, int]]) -> None:
+    for dst, src, n in copies:
+        _memmove(dst, src, n)
+
+
+def copy_out(copies: Sequence[tuple[int, int, int]]) -> None:
+    """Copy each ``(destination, source, bytes)`` of a landed load into the caller's
+    memory; a large one on two threads, half the bytes each."""
+    total = sum(n for _, _, n in copies)
+    if total < SPLIT_BYTES:
+        _copy(copies)
+        return
+    half, given = total // 2, 0
+    mine: list[tuple[int, int, int]] = []
+    theirs: list[tuple[int, int, int]] = []
+    for dst, src, n in copies:
+        if given >= half:
+            mine.append((dst, src, n))
+        elif given + n <= half:
+            theirs.append((dst, src, n))
+            given += n
+        else:  # split this copy at the half
+            cut = half - given
+            theirs.append((dst, src, cut))
+            mine.append((dst + cut, src + cut, n - cut))
+            given = half
+    global _helper
+    with _helper_lock:
+        if _helper is None:
+            _helper = ThreadPoolExecutor(1, thread_name_prefix="mooncake-landing")
+        helper = _helper
+    done: Future[None] = helper.submit(_copy, theirs)
+    _copy(mine)
+    done.result()
 
 
 def _rounded(total: int) -> int:

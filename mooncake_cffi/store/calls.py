@@ -25,7 +25,7 @@ from .._capi.marshal import Packed, address, gather_values, pack_keys
 from .._capi.pointers import ranges_struct, staging_area
 from .._capi.runner import Runner
 from .._capi.shm import shm_alloc, shm_free
-from .._core.landing import LandingPool
+from .._core.landing import LandingPool, copy_out
 from .._core.types import DEFAULT
 from ..errors import MooncakeError
 from ..status import NO_AVAILABLE_HANDLE, OP_GET, OP_PUT, OP_UPSERT
@@ -42,7 +42,6 @@ INVALID_PARAMS = -600
 _NULL = ffi.NULL
 _unpack = ffi.unpack
 _from_buffer = ffi.from_buffer
-_memmove = ctypes.memmove
 
 
 def _plain_parts(addrs: Sequence[int], sizes: Sequence[int]) -> bool:
@@ -387,16 +386,18 @@ class StoreCalls:
             results = run(list(range(n)), keys)
         except Failed as f:
             results = repair.batch_refused(f.rc, keys, repair.key_answer(OP_GET), run)
+        copies = []
         for i, got in enumerate(results):
             if got <= 0:
                 continue
             left = got
             for dst, src, size in zip(all_addrs[i], ours[i], all_sizes[i]):
                 step = min(size, left)
-                _memmove(dst, src, step)
+                copies.append((dst, src, step))
                 left -= step
                 if not left:
                     break
+        copy_out(copies)
         ours_now = {id(p) for p in kept}
         if not any(id(o) in ours_now for o in self.native.orphans.values()):
             pool.give_back(buf)  # no batch of this call still reads into it
