@@ -18,9 +18,8 @@ the region (or a slice of it), copies values into them and stores them with
   a larger value is refused up front, before anything is sent, with an error naming its size
   and the area's.
 
-The client is anything with ``put_from`` / ``get_into`` / ``size`` (and ``batch_size`` if it
-has one, and ``batches.finished(batch_id)`` to learn when a timed-out batch ended) shaped like
-:class:`mooncake_cffi.Client`'s; a ``Client`` is meant to own one.
+The client is a :class:`StagingClient`, the interface declared below (a
+:class:`mooncake_cffi.Client` is one, and is meant to own the area).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ClosedError, InvalidArgumentError, MooncakeTimeoutError, error_for
 from ..status import (
@@ -43,7 +42,27 @@ from ..status import (
 from ..status import text as status_text
 from .slots import Slots, block_spans
 
-__all__ = ["Staging", "DEFAULT_ALIGN", "DEFAULT_TIMEOUT"]
+__all__ = ["Staging", "StagingClient", "DEFAULT_ALIGN", "DEFAULT_TIMEOUT"]
+
+
+class StagingClient(Protocol):
+    """What :class:`Staging` uses of its client (:class:`mooncake_cffi.Client` is one).
+
+    Beyond these three calls it uses, when the client has them: ``batch_size(keys,
+    timeout=)`` (one round trip to size a batch, else one ``size`` per key), ``l1_blocks``
+    (the blocks L1 was registered in: slots must not cross one) and
+    ``batches.finished(batch_id)`` (when a timed-out batch has ended, so its slots can be
+    used again; without it they stay held).
+    """
+
+    def put_from(
+        self, keys: Any, buffers: Any, *, timeout: float | None = ..., **options: Any
+    ) -> Any: ...
+
+    def get_into(self, keys: Any, buffers: Any, *, timeout: float | None = ...) -> Any: ...
+
+    def size(self, key: Any, *, timeout: float | None = ...) -> Any: ...
+
 
 #: Slots start at multiples of this many bytes from the start of their block's part of the area.
 DEFAULT_ALIGN = 64
@@ -93,7 +112,7 @@ class Staging:
 
     def __init__(
         self,
-        client: Any,
+        client: StagingClient,
         l1: Any,
         *,
         offset: int = 0,
