@@ -124,7 +124,7 @@ def mirrored_sets(sides: Sequence[str], make: Callable[[str], T], count: int) ->
 
 
 @contextlib.contextmanager
-def cluster(segment: str = "2 GB", pin: str = "none") -> Iterator[LocalCluster]:
+def cluster(segment: str | Sequence[str] = "2 GB", pin: str = "none") -> Iterator[LocalCluster]:
     """A LocalCluster in a temporary directory, stopped (and removed) on exit.
 
     ``pin="split"`` puts every thread of the cluster's processes on the last CPU and this

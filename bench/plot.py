@@ -1,10 +1,14 @@
-"""Plot the latency distributions (and the scaling curves) from bench/out/*.json.
+"""Plot the benchmarks' results from bench/out/*.json into the docs' images.
 
-Writes ``bench/latency.png``: empirical CDFs of the lane experiment's lookup and load
+Writes ``docs/images/latency.png``: empirical CDFs of the lane experiment's lookup and load
 latencies, of the small operations and of the asyncio / thread-pool gets, plus the
-scaling sweeps.  Panels whose JSON file is missing are left out.
+scaling sweeps.  Panels whose JSON file is missing are left out.  With
+``bench/out/fleet.json`` (``bench/fleet.py``) it also writes ``docs/images/fleet.png``:
+aggregate throughput against the number of processes, and lookups and RSS as the store
+grows, both classes.
 
-    .venv/bin/python bench/plot.py [--out bench/latency.png]
+    .venv/bin/python bench/plot.py [--out docs/images/latency.png]
+                                   [--fleet-out docs/images/fleet.png]
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import numpy as np  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 OUT = BENCH / "out"
+IMAGES = BENCH.parent / "docs" / "images"
+CLASSES = {"ours": ("drop-in", "tab:blue"), "theirs": ("Mooncake's class", "tab:orange")}
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -50,8 +56,12 @@ def finish(ax: Any, title: str, xlabel: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=BENCH / "latency.png")
+    p.add_argument("--out", type=Path, default=IMAGES / "latency.png")
+    p.add_argument("--fleet-out", type=Path, default=IMAGES / "fleet.png")
     args = p.parse_args()
+    fleet = load("fleet")
+    if fleet:
+        fleet_figure(fleet, args.fleet_out)
 
     lanes, small, agets, scaling = (
         load("lanes"),
@@ -69,6 +79,8 @@ def main() -> None:
     if scaling:
         panels += [("scale-size", None), ("scale-batch", None)]
     if not panels:
+        if fleet:
+            return
         raise SystemExit("no results in bench/out/: run the benchmarks first")
     cols = 2
     rows = (len(panels) + 1) // cols
@@ -162,8 +174,109 @@ def main() -> None:
         fontsize=11,
     )
     fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=90)
     print(f"wrote {args.out}")
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs)) if xs else float("nan")
+
+
+def fleet_figure(fleet: dict[str, Any], out: Path) -> None:
+    """bench/fleet.py's results: throughput vs processes, lookups and RSS vs keys."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4))
+    tp, growth = fleet.get("throughput"), fleet.get("growth")
+    if tp:
+        value = max(
+            {c["value"] for c in tp["cells"]} & {1 << 20} or {c["value"] for c in tp["cells"]}
+        )
+        ceiling = max(tp["ceiling_mib_s"].values())
+        for ax, phase in zip(axes[0], ("put", "get"), strict=True):
+            for impl, (label, color) in CLASSES.items():
+                for nodes, threads in sorted({(c["nodes"], c["threads"]) for c in tp["cells"]}):
+                    cells = [
+                        c
+                        for c in tp["cells"]
+                        if c["impl"] == impl
+                        and c["value"] == value
+                        and c["nodes"] == nodes
+                        and c["threads"] == threads
+                    ]
+                    procs = sorted({c["procs"] for c in cells})
+                    ys = [
+                        _median([c[f"{phase}_mib_s"] for c in cells if c["procs"] == n])
+                        for n in procs
+                    ]
+                    ax.plot(
+                        procs,
+                        ys,
+                        marker="o" if nodes == 1 else "s",
+                        color=color,
+                        ls="-" if threads == 1 else "--",
+                        label=f"{label}, {nodes} node(s), {threads} thread(s)",
+                    )
+            ax.axhline(ceiling, color="grey", lw=0.8, ls=":", label="loopback ceiling")
+            ax.set_xscale("log", base=2)
+            every = sorted({c["procs"] for c in tp["cells"]})
+            ax.set_xticks(every, [str(n) for n in every])
+            ax.set_xlabel("processes")
+            ax.set_ylabel("aggregate MiB/s (median of rounds)")
+            ax.set_title(
+                f"batch_{phase}_{'from' if phase == 'put' else 'into'}: "
+                f"{value >> 10} KiB values, 16 MiB a call",
+                fontsize=10,
+            )
+            ax.grid(True, which="both", alpha=0.25)
+            ax.legend(fontsize=7)
+    if growth:
+        levels = growth["levels"]
+        keys = [lv["keys"] for lv in levels]
+        ax = axes[1][0]
+        for impl, (label, color) in CLASSES.items():
+            qs = [np.percentile(lv["lookup_ms"][impl], [10, 50, 90]) for lv in levels]
+            ax.plot(keys, [q[1] for q in qs], marker="o", color=color, label=f"{label} median")
+            ax.fill_between(keys, [q[0] for q in qs], [q[2] for q in qs], color=color, alpha=0.15)
+        ax.set_xscale("log")
+        ax.set_xlabel("keys in the store")
+        ax.set_ylabel("ms (band: p10-p90)")
+        ax.set_title(
+            f"batch_is_exist of 16 keys after a {growth['gap_s'] * 1e3:.0f} ms gap", fontsize=10
+        )
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8)
+        ax = axes[1][1]
+        for who, label, color in (
+            ("master", "master", "black"),
+            ("ours", "drop-in client", "tab:blue"),
+            ("theirs", "Mooncake's client", "tab:orange"),
+        ):
+            ax.plot(
+                keys,
+                [lv["rss_kib"][who] / 1024 for lv in levels],
+                marker="o",
+                color=color,
+                label=label,
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("keys in the store (128-byte values)")
+        ax.set_ylabel("RSS MiB")
+        ax.set_title("Resident memory as the store grows", fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8)
+    for ax in axes.ravel():
+        if not ax.has_data():
+            ax.set_visible(False)
+    machine = fleet.get("machine", {})
+    fig.suptitle(
+        f"Many processes, one store: bench/fleet.py, {machine.get('date', '')[:10]}, "
+        f"{machine.get('nproc')} cores, TCP loopback",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -183,7 +183,9 @@ class Engine:
     ``connector``: ``none``, ``mooncake`` (vLLM's MooncakeStoreConnector; ``env`` names its
     config file) or ``lmcache`` (LMCacheMPConnector to the server on ``lmcache_port``).
     ``env`` is added to the engine environment (``ENGINE_ENV``); ``log`` receives vLLM's
-    output.  :meth:`generate` sends one request and waits for its answer.
+    output.  ``on_host`` is an argv prefix that runs it elsewhere (``Topology.prefix``: a
+    namespace host; ``ip netns exec`` execs, so the PID is the engine's).  :meth:`generate`
+    sends one request and waits for its answer.
     """
 
     def __init__(
@@ -197,10 +199,11 @@ class Engine:
         start_timeout: float = ENGINE_START_S,
         max_model_len: int = 1024,
         prefix_cache: bool = False,
+        on_host: Sequence[str] = (),
     ) -> None:
         self.log = log
         read_fd, write_fd = os.pipe()
-        argv = [python, str(DRIVER), "--model", str(model), "--connector", connector]
+        argv = [*on_host, python, str(DRIVER), "--model", str(model), "--connector", connector]
         argv += ["--max-model-len", str(max_model_len)] + ["--prefix-cache"] * prefix_cache
         argv += ["--lmcache-port", str(lmcache_port), "--result-fd", str(write_fd)]
         full_env = {**os.environ, **ENGINE_ENV, **(env or {})}
@@ -251,6 +254,15 @@ class Engine:
         self.proc.stdin.flush()
         return self._read(timeout, "a request")
 
+    def kill(self) -> None:
+        """SIGKILL to the engine's process group (its engine core too): a crash, mid-run.
+        :meth:`close` still cleans up after it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
     def close(self, timeout: float = 60.0) -> None:
         """Asks the driver to exit, then stops its process group by PID if it lingers."""
         if self.proc.poll() is None and self.proc.stdin is not None:
@@ -277,23 +289,32 @@ class Engine:
 class LMCacheServer:
     """``lmcache server`` on 127.0.0.1 with a Mooncake L2 adapter (``adapter``: the JSON),
     started on free ports in a process group of its own; :meth:`restart` starts it again on
-    the same ports."""
+    the same ports.  ``on_host`` runs it on a namespace host (as :class:`Engine`'s), where
+    its engine reaches it on that host's 127.0.0.1 and this process on ``http_host``."""
 
-    def __init__(self, adapter: str, log: Path, bindir: Path | None = None) -> None:
+    def __init__(
+        self,
+        adapter: str,
+        log: Path,
+        bindir: Path | None = None,
+        on_host: Sequence[str] = (),
+        http_host: str = "127.0.0.1",
+    ) -> None:
         self.adapter = adapter
         self.log = log
         self.bindir = bindir or Path(sys.executable).parent
+        self.on_host, self.http_host = list(on_host), http_host
         self.port, self.http_port, self.metrics_port = free_ports(3)
         self.proc: subprocess.Popen[Any] | None = None
         self.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.http_host}:{self.http_port}"
 
     def start(self, timeout: float = LMCACHE_START_S) -> None:
-        argv = [str(self.bindir / "lmcache"), "server", "--host", "127.0.0.1"]
-        argv += ["--port", str(self.port), "--http-host", "127.0.0.1"]
+        argv = [*self.on_host, str(self.bindir / "lmcache"), "server", "--host", "127.0.0.1"]
+        argv += ["--port", str(self.port), "--http-host", self.http_host]
         argv += ["--http-port", str(self.http_port), "--prometheus-port", str(self.metrics_port)]
         argv += ["--chunk-size", "64", "--l1-size-gb", "1", "--eviction-policy", "LRU"]
         argv += ["--supported-transfer-mode", "engine_driven", "--l2-adapter", self.adapter]
