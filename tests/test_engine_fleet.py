@@ -15,7 +15,11 @@ prefix cache off, so a cached token can only have come from the store.
   server finding A's chunks in Mooncake (its own L1 never held them).
 - **Engine A killed** (SIGKILL to its process group, its engine core too) while a request
   runs: B goes on serving, A's prompts still from the store and a new one computed, each
-  request within its cold time plus ``AFTER_KILL_S``, the tokens unchanged.
+  request within its cold time plus ``AFTER_KILL_S``, the tokens unchanged.  This is
+  asserted of the drop-in and of route b.  Of Mooncake's class it is measured and recorded,
+  not asserted: in 2 of 4 runs its engine B gave no answer to its next request within
+  120 s (its engine core and worker idle in their ZMQ polls), so B is given
+  ``THEIRS_AFTER_KILL_S`` per request and what it did is recorded.
 
 Needs root and the engine venv (scripts/install_engine.sh); skipped without them.  Figures
 are printed and appended to ``$MOONCAKE_CFFI_ENGINE_RECORD`` (engine_helpers.record).
@@ -66,6 +70,9 @@ AFTER_KILL_S = 2.0
 KEYS_S = 30.0
 #: How long one request may take at all before the test gives up on the engine.
 REQUEST_CAP_S = 120.0
+#: Mooncake's class after A's kill: B's wait per request before its outcome is recorded
+#: as no answer (bounded, so that a stuck engine costs CI at most this).
+THEIRS_AFTER_KILL_S = 30.0
 #: Prompts (seeds of engine_helpers.prompt) of each run: A computes the first two, then is
 #: killed during the third; B serves all three after, and the fourth, new to the store.
 SEEDS = {"a-ours": range(0, 4), "a-theirs": range(4, 8), "b": range(8, 12)}
@@ -138,6 +145,7 @@ def _served_by_b(b: Engine, ref: Reference, seed: int, route: str) -> dict[str, 
 def _run(
     a: Engine, b: Engine, local: LocalCluster, ref: Reference, route: str, store: str, seeds: range
 ) -> None:
+    """A computes two prompts and B serves them; A is killed mid-request; B goes on."""
     first, second, during, new = seeds
     for seed in (first, second):
         _stored_by_a(a, local, ref, seed, route)
@@ -168,23 +176,44 @@ def _run(
     assert not asker.is_alive()
 
     for seed, kind in ((first, "A's"), (second, "A's"), (during, "asked of A"), (new, "new")):
-        answer = b.generate(prompt(seed), timeout=REQUEST_CAP_S)
-        _check(ref, seed, answer)
-        if kind == "A's":  # still in the store: A held none of it
-            assert answer["cached"] >= _served_floor(route), (seed, answer)
-        elif kind == "new":
-            assert answer["cached"] == 0, (seed, answer)
         bound = ref.e2e(seed) + AFTER_KILL_S
+        if store == "theirs":  # measured, not asserted (the module's docstring)
+            try:
+                answer = b.generate(prompt(seed), timeout=THEIRS_AFTER_KILL_S)
+            except EngineError as exc:
+                record(
+                    "fleet after A killed",
+                    route=route,
+                    store=store,
+                    seed=seed,
+                    prompt=kind,
+                    answered=False,
+                    waited_s=THEIRS_AFTER_KILL_S,
+                    error=str(exc)[:200],
+                )
+                return  # B is stuck: its later requests would wait behind this one
+        else:
+            answer = b.generate(prompt(seed), timeout=REQUEST_CAP_S)
+        tokens_ok = answer["tokens"] == ref.tokens(seed)
         record(
             "fleet after A killed",
             route=route,
             store=store,
             seed=seed,
             prompt=kind,
+            answered=True,
+            tokens_ok=tokens_ok,
             cached=answer["cached"],
             e2e_s=answer["e2e"],
             bound_s=bound,
         )
+        if store == "theirs":
+            continue
+        _check(ref, seed, answer)
+        if kind == "A's":  # still in the store: A held none of it
+            assert answer["cached"] >= _served_floor(route), (seed, answer)
+        elif kind == "new":
+            assert answer["cached"] == 0, (seed, answer)
         assert answer["e2e"] <= bound, f"B took {answer['e2e']:.2f} s for seed {seed} ({kind})"
 
 
