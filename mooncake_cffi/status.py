@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = [
     "CODES",
     "FLAG_FORCE",
+    "FLAG_LAND",
     "FLAG_SKIP_EXISTING",
     "GET_UNREAD",
     "LANES",
@@ -314,6 +315,9 @@ SESSION_OPS: tuple[str, ...] = (
 FLAG_FORCE = 1
 #: ``enum mcs_flags``: PUT looks keys up first; present ones get :data:`PUT_EXISTED`.
 FLAG_SKIP_EXISTING = 2
+#: ``enum mcs_flags``: a GET run by a waiting caller reads into the shim's memory first and
+#: copies into the caller's buffers only while the caller still waits.
+FLAG_LAND = 8
 #: Per-key PUT result for a key that already held a value (``MCS_PUT_EXISTED``).
 PUT_EXISTED = 1
 #: Per-key GET_BUFFER result for a key not read that way (``MCS_GET_UNREAD``).

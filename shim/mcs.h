@@ -76,7 +76,7 @@
  *     "integrity" with MCS_E_CORRUPT and mcs_client_integrity_stats
  *     (struct mcs_integrity_stats); mcs_client_session (struct
  *     mcs_session, enum mcs_session_op); mcs_client_replica_desc with
- *     mcs_replica_desc_free; mcs_client_withdraw.
+ *     mcs_replica_desc_free; mcs_client_withdraw; MCS_FLAG_LAND.
  *  2  Batches as struct mcs_batch with packed keys; struct_size on the
  *     growable structs; GET_BUFFER with mcs_release; per-operation stats.
  *  1  The first ABI: per-operation lanes, completions, L1 registration.
@@ -160,9 +160,25 @@ enum mcs_flags {
                                    each key sent is read back (16 bytes):
                                    one that holds another write gets
                                    MCS_PUT_EXISTED too (see mcs_client_create) */
-    MCS_FLAG_TAIL_PART = 4      /* GET with part_counts: each key's last part
+    MCS_FLAG_TAIL_PART = 4,     /* GET with part_counts: each key's last part
                                    receives the value's last bytes (see
                                    struct mcs_batch) */
+    MCS_FLAG_LAND = 8           /* GET through mcs_client_run() (or
+                                   mcs_client_run_one()): Mooncake reads into
+                                   memory of the shim's, and each key's bytes
+                                   are copied into bufs when its read ends
+                                   while the caller still waits.  A read that
+                                   outlives a timed-out call (Mooncake cannot
+                                   cancel a transfer) lands in that memory,
+                                   never in bufs, which the caller may reuse
+                                   as soon as the call returns.  A copy under
+                                   way at the deadline finishes first.  The
+                                   shim's memory is not registered: for
+                                   protocols that read only into registered
+                                   memory (rdma) read into bufs directly.
+                                   Refused (MCS_E_INVALID_ARG) for other ops,
+                                   by mcs_client_submit() and with
+                                   MCS_FLAG_TAIL_PART. */
 };
 
 /* Per-key PUT result (positive, so not an error) for a key that already

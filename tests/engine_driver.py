@@ -17,7 +17,8 @@ request per line of stdin with one JSON line on the result fd:
   the ``generate`` call;
 * ``{"op": "exit"}``, or end of stdin: the engine is shut down and the process exits.
 
-An error in a request is answered ``{"error": "..."}`` and the driver goes on.  vLLM's own
+An error in a request is answered ``{"error": "..."}`` and the driver goes on.  SIGUSR1
+writes the stacks of the driver's threads to stderr.  vLLM's own
 log goes to stdout/stderr, which the caller keeps in a file.  vLLM starts its engine core
 with ``spawn``: this module keeps its work under the ``__main__`` guard.
 """
@@ -25,8 +26,10 @@ with ``spawn``: this module keeps its work under the ``__main__`` guard.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -83,6 +86,9 @@ def main() -> int:
     parser.add_argument("--prefix-cache", action="store_true")
     args = parser.parse_args()
     results = os.fdopen(args.result_fd, "w", buffering=1)
+    # SIGUSR1 writes every thread's stack to stderr (the log): what the caller reads when a
+    # request gets no answer in time
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def answer(doc: dict[str, Any]) -> None:
         results.write(json.dumps(doc) + "\n")

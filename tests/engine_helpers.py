@@ -232,10 +232,29 @@ class Engine:
         except OSError:
             return ""
 
+    def _stacks(self) -> str:
+        """The driver's thread stacks (SIGUSR1: engine_driver's faulthandler), from its log."""
+        before = len(self.log.read_text(errors="replace")) if self.log.exists() else 0
+        try:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return ""
+        deadline, last = time.monotonic() + 10.0, ""
+        while time.monotonic() < deadline:  # the dump has begun and stopped growing
+            text = self.log.read_text(errors="replace")[before:]
+            if "most recent call first" in text and text == last:
+                break
+            last = text
+            time.sleep(0.2)
+        return last[-6000:]
+
     def _read(self, timeout: float, what: str) -> dict[str, Any]:
         ready, _, _ = select.select([self._results], [], [], timeout)
         if not ready:
-            raise EngineError(f"engine: no answer to {what} within {timeout:.0f} s\n{self._tail()}")
+            raise EngineError(
+                f"engine: no answer to {what} within {timeout:.0f} s\n{self._tail()}\n"
+                f"driver stacks:\n{self._stacks()}"
+            )
         line = self._results.readline()
         if not line:
             raise EngineError(f"engine exited during {what} ({self.proc.poll()})\n{self._tail()}")

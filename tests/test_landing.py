@@ -1,34 +1,15 @@
 """Landing memory (mooncake_cffi._core.landing): the pool hands a buffer to one load at a
-time and keeps a bounded amount, and a copy-out, split between two threads or not, puts
-every byte where it belongs."""
+time and keeps a bounded amount."""
 
 from __future__ import annotations
 
 import ctypes
-import os
-import random
 
-import pytest
-
-from mooncake_cffi._core.landing import SPLIT_BYTES, LandingPool, copy_out
+from mooncake_cffi._core.landing import LandingPool
 
 
 def _address(buf: bytearray) -> int:
     return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-
-
-@pytest.mark.parametrize("total", [1, 4096, SPLIT_BYTES - 1, SPLIT_BYTES, 3 * SPLIT_BYTES + 7])
-def test_a_copy_out_puts_every_byte_in_its_place(total):
-    rng = random.Random(total)
-    src = bytearray(os.urandom(total))
-    dst = bytearray(total + 64)  # guard bytes after the end must stay zero
-    cuts = sorted({0, total, *(rng.randrange(total + 1) for _ in range(9))})
-    s, d = _address(src), _address(dst)
-    copies = [(d + a, s + a, b - a) for a, b in zip(cuts, cuts[1:]) if b > a]
-    rng.shuffle(copies)  # the parts of a load come in any order
-    copy_out(copies)
-    assert dst[:total] == src
-    assert dst[total:] == bytes(64)
 
 
 def test_the_pool_never_hands_one_buffer_to_two_loads_and_keeps_a_bound():

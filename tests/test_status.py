@@ -44,9 +44,10 @@ def test_operation_lane_and_session_codes_match_the_header_enums():
     ):
         declared = set(re.findall(rf"\b{prefix}([A-Z_]+) =", header))
         assert declared == {n.upper() for n in names}, prefix
-    assert (lib.MCS_FLAG_FORCE, lib.MCS_FLAG_SKIP_EXISTING) == (
+    assert (lib.MCS_FLAG_FORCE, lib.MCS_FLAG_SKIP_EXISTING, lib.MCS_FLAG_LAND) == (
         status.FLAG_FORCE,
         status.FLAG_SKIP_EXISTING,
+        status.FLAG_LAND,
     )
     assert (lib.MCS_PUT_EXISTED, lib.MCS_GET_UNREAD) == (status.PUT_EXISTED, status.GET_UNREAD)
 

@@ -211,14 +211,20 @@ class Runner:
             rb.busy = False
 
     def at_addresses(
-        self, rb: ReusedBatch, op: int, keys: list[Any], addrs: Sequence[int], sizes: Sequence[int]
+        self,
+        rb: ReusedBatch,
+        op: int,
+        keys: list[Any],
+        addrs: Sequence[int],
+        sizes: Sequence[int],
+        flags: int = 0,
     ) -> tuple[int, list[int]]:
         """GET into, or PUT / UPSERT from, memory at integer addresses through the reused
         struct: (the shim's status, the per-key results).  A TypeError for addresses or
         sizes that are not non-negative ints."""
         rb.busy = True
         try:
-            keep = rb.fill_addresses(op, keys, 0, addrs, sizes)
+            keep = rb.fill_addresses(op, keys, flags, addrs, sizes)
             rc: int = _run(self.native.handle, _NULL, rb.batch)
             del keep
             return rc, (results_list(rb.results, len(keys)) if rc == 0 else [])

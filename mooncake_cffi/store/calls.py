@@ -25,10 +25,9 @@ from .._capi.marshal import Packed, address, gather_values, pack_keys
 from .._capi.pointers import ranges_struct, staging_area
 from .._capi.runner import Runner
 from .._capi.shm import shm_alloc, shm_free
-from .._core.landing import LandingPool, copy_out
 from .._core.types import DEFAULT
 from ..errors import MooncakeError
-from ..status import NO_AVAILABLE_HANDLE, OP_GET, OP_PUT, OP_UPSERT
+from ..status import FLAG_LAND, NO_AVAILABLE_HANDLE, OP_GET, OP_PUT, OP_UPSERT
 from . import repair
 from .buffer_handles import handles
 from .repair import Failed, code_of
@@ -44,16 +43,6 @@ _unpack = ffi.unpack
 _from_buffer = ffi.from_buffer
 
 
-def _plain_parts(addrs: Sequence[int], sizes: Sequence[int]) -> bool:
-    """Whether a key's parts are positive int addresses and sizes, as many of each."""
-    if not addrs or len(addrs) != len(sizes):
-        return False
-    for a, s in zip(addrs, sizes):
-        if type(a) is not int or type(s) is not int or a <= 0 or s <= 0:
-            return False
-    return True
-
-
 class StoreCalls:
     """The drop-in's calls over ``client`` (a :class:`mooncake_cffi.Client`); thread-safe.
 
@@ -64,7 +53,10 @@ class StoreCalls:
     -600 and ``b""``, as Mooncake's do with no local buffer to copy through; the zero-copy
     calls work.  ``shared`` (a client set up with ``setup_dummy``): the staging memory is a
     segment of Mooncake's shared memory (``MooncakeHostMemAllocator``'s kind), the only memory
-    a dummy client's service reads from.
+    a dummy client's service reads from.  ``land`` (the drop-in failing open, over tcp): every
+    GET into the caller's memory carries ``MCS_FLAG_LAND``, so a load that outlives its
+    deadline lands in the shim's memory, never in the caller's, which a stack reuses as soon
+    as the call has failed (``shim/mcs.h``).
     """
 
     def __init__(
@@ -75,6 +67,7 @@ class StoreCalls:
         shared: bool = False,
         keys_on_rpc_wait: bool = False,
         per_mib: float | None = None,
+        land: bool = False,
     ) -> None:
         self.client = client
         parts = client.parts  # the client's layers, declared (mooncake_cffi._core.parts)
@@ -93,6 +86,8 @@ class StoreCalls:
         #: the drop-in's fail-open default, so that a large transfer on a loaded machine is
         #: not taken for a store that stopped answering.
         self.per_mib = per_mib if parts.calls.op_timeout is not None else None
+        #: The flags of a GET into the caller's memory.
+        self.get_flags = FLAG_LAND if land and not staged else 0
         # BufferHandle batches alive, and whether close() waits for them to be dropped.
         self._held = 0
         self._closing = False
@@ -191,7 +186,7 @@ class StoreCalls:
     def get_into(self, key: Any, ptr: int, size: int) -> int:
         if not size or not ptr:
             return INVALID_PARAMS
-        return self.one(OP_GET, key, 0, address(ptr), size)
+        return self.one(OP_GET, key, self.get_flags, address(ptr), size)
 
     def put_from(self, op: int, key: Any, ptr: int, size: int, config: Any) -> int:
         """Store ``size`` bytes at ``ptr`` (``op``: PUT or UPSERT); Mooncake's code."""
@@ -258,6 +253,7 @@ class StoreCalls:
         n = len(keys)
         if len(addrs) != n or len(sizes) != n:
             return [INVALID_PARAMS] * n
+        flags = self.get_flags if op == OP_GET else 0
         if config is not None:
             if not n:
                 return []
@@ -268,16 +264,18 @@ class StoreCalls:
             except Failed as f:
                 return self._addresses_refused(f.rc, op, keys, addrs, sizes, config)
         if n == 1:  # Mooncake's one-key call, no batch to fill
-            return [self.one(op, keys[0], 0, address(addrs[0]), sizes[0])]
+            return [self.one(op, keys[0], flags, address(addrs[0]), sizes[0])]
         if not n:
             return []
         rb = self.calls.reused(DEFAULT)
         if rb is None:
             try:
-                return self._private(lambda: Packed(op, keys, addrs, sizes, addresses=True))
+                return self._private(
+                    lambda: Packed(op, keys, addrs, sizes, flags=flags, addresses=True)
+                )
             except Failed as f:
                 return self._addresses_refused(f.rc, op, keys, addrs, sizes, config)
-        rc, results = self.runner.at_addresses(rb, op, keys, addrs, sizes)
+        rc, results = self.runner.at_addresses(rb, op, keys, addrs, sizes, flags)
         if rc == 0:
             return results
         return self._addresses_refused(rc, op, keys, addrs, sizes, config)
@@ -291,11 +289,13 @@ class StoreCalls:
         sizes: Sequence[int],
         config: Any,
     ) -> list[int]:
+        flags = self.get_flags if op == OP_GET else 0
+
         def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
             sub = [keys[i] for i in idx]
             a, s = [addrs[i] for i in idx], [sizes[i] for i in idx]
             return self._private(
-                lambda: Packed(op, sub, a, s, replicate_config=config, addresses=True)
+                lambda: Packed(op, sub, a, s, flags=flags, replicate_config=config, addresses=True)
             )
 
         def bad(i: int) -> int | None:
@@ -319,11 +319,22 @@ class StoreCalls:
         if not n:
             return []
 
+        flags = self.get_flags if op == OP_GET else 0
+
         def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
             sub = [keys[i] for i in idx]
             a, s = [all_addrs[i] for i in idx], [all_sizes[i] for i in idx]
             return self._private(
-                lambda: Packed(op, sub, a, s, replicate_config=config, parts=True, addresses=True)  # type: ignore[arg-type]
+                lambda: Packed(
+                    op,
+                    sub,
+                    a,
+                    s,  # type: ignore[arg-type]
+                    flags=flags,
+                    replicate_config=config,
+                    parts=True,
+                    addresses=True,
+                )
             )
 
         def bad(i: int) -> int | None:
@@ -337,71 +348,6 @@ class StoreCalls:
         except Failed as f:
             answer = repair.key_answer(op)
             return repair.batch_refused(f.rc, keys, answer, run, bad, reverse=op == OP_PUT)
-
-    def landed_parts(
-        self,
-        pool: LandingPool,
-        keys: list[Any],
-        all_addrs: Sequence[Sequence[int]],
-        all_sizes: Sequence[Sequence[int]],
-    ) -> list[int]:
-        """:meth:`address_parts`'s GET through landing memory from ``pool``
-        (:mod:`mooncake_cffi._core.landing`): each key is read into a buffer of ours laid
-        out as its parts, and what was read is copied into the caller's parts only once
-        the call has its answer.  A load that times out leaves its bytes to land in that
-        buffer, which its batch keeps until the shim is done with it, never in the
-        caller's memory."""
-        n = len(keys)
-        if len(all_addrs) != n or len(all_sizes) != n:
-            return [INVALID_PARAMS] * n
-        if not n:
-            return []
-        for a, s in zip(all_addrs, all_sizes):
-            if not _plain_parts(a, s):  # Mooncake's answers (codes, TypeErrors), unread
-                return self.address_parts(OP_GET, keys, all_addrs, all_sizes, None)
-        buf = pool.take(sum(sum(s) for s in all_sizes))
-        base = int(ffi.cast("uintptr_t", ffi.from_buffer(buf)))
-        ours: list[list[int]] = []
-        offset = base
-        for sizes in all_sizes:
-            row = []
-            for size in sizes:
-                row.append(offset)
-                offset += size
-            ours.append(row)
-        kept: list[Packed] = []
-
-        def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
-            def build() -> Packed:
-                sub = [keys[i] for i in idx]
-                a, s = [ours[i] for i in idx], [all_sizes[i] for i in idx]
-                packed = Packed(OP_GET, sub, a, s, parts=True, addresses=True)  # type: ignore[arg-type]
-                packed.hold(buf)  # a timed-out batch keeps the memory it reads into
-                kept.append(packed)
-                return packed
-
-            return self._private(build)
-
-        try:
-            results = run(list(range(n)), keys)
-        except Failed as f:
-            results = repair.batch_refused(f.rc, keys, repair.key_answer(OP_GET), run)
-        copies = []
-        for i, got in enumerate(results):
-            if got <= 0:
-                continue
-            left = got
-            for dst, src, size in zip(all_addrs[i], ours[i], all_sizes[i]):
-                step = min(size, left)
-                copies.append((dst, src, step))
-                left -= step
-                if not left:
-                    break
-        copy_out(copies)
-        ours_now = {id(p) for p in kept}
-        if not any(id(o) in ours_now for o in self.native.orphans.values()):
-            pool.give_back(buf)  # no batch of this call still reads into it
-        return results
 
     # ------------------------------------------------------------ bytes values
     # (the bytes writes that are not one key: Mooncake's put_batch / upsert_batch, one code

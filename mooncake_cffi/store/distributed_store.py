@@ -130,6 +130,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
             copies=copies,
             keys_on_rpc_wait=keys_on_rpc_wait,
             per_mib=PER_MIB if keys_on_rpc_wait else None,
+            land=fail_open,
         )
         self._x = FailOpen(calls) if fail_open else calls
         master = str(cfg.setup_config.get("master_server_addr", ""))

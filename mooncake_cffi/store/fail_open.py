@@ -17,7 +17,10 @@ frozen master or storage node are 30 s per call. So, unless the setup says
   Mooncake's master RPC wait, shortened to the same (``MC_RPC_TIMEOUT_MS``). A transfer
   that outlives its deadline goes on in the shim, which keeps its memory until Mooncake is
   done with it: Mooncake's own transfer waits are left as they are, since a write that
-  Mooncake gives up early can land in another key's memory (:doc:`failures`);
+  Mooncake gives up early can land in another key's memory (:doc:`failures`). Over tcp a
+  load into the caller's memory reads into the shim's memory first and is copied over only
+  while its call still waits (``MCS_FLAG_LAND``): one that outlives its deadline never
+  writes the memory a stack reuses once the call has failed;
 - a breaker (:mod:`mooncake_cffi._core.breaker`) watches every call: one that fails
   after more than :data:`TRIP_AFTER` seconds (a store that is frozen, partitioned or
   dead, not a missing key), or that finds the master gone (RPC_FAIL, RPC_TIMEOUT), opens
@@ -45,7 +48,6 @@ from typing import Any
 
 from .._capi.binding import ffi
 from .._core.breaker import DEADLINE, DOWN, PROBE_EVERY, PROBE_KEY, TRIP_AFTER, Breaker, failed
-from .._core.landing import LandingPool
 from ..status import OBJECT_NOT_FOUND, OP_EXISTS, OP_GET, TRANSFER_FAIL
 from .live_hits import LiveHits
 
@@ -91,9 +93,6 @@ class FailOpen:
         self.live = LiveHits(calls, node_silent)
         self.staged = calls.staged
         self.copies = calls.copies
-        #: Loads into the caller's memory read into memory of ours first (None: straight
-        #: into the caller's, as protocols other than tcp read only into registered memory).
-        self.landing = None if calls.staged else LandingPool()
 
     def __getattr__(self, name: str) -> Any:
         # Calls that move no data, or that the breaker does not guard: straight through.
@@ -150,12 +149,7 @@ class FailOpen:
         return value
 
     def get_into(self, key: Any, ptr: int, size: int) -> Any:
-        if self.landing is None or type(ptr) is not int or type(size) is not int:
-            return self._run(self.calls.get_into, DOWN, key, ptr, size)
-        return self._run(self._landed, [DOWN], [key], [[ptr]], [[size]])[0]
-
-    def _landed(self, keys: list[Any], all_addrs: Any, all_sizes: Any) -> Any:
-        return self.calls.landed_parts(self.landing, keys, all_addrs, all_sizes)
+        return self._run(self.calls.get_into, DOWN, key, ptr, size)
 
     def put_from(self, op: int, key: Any, ptr: int, size: int, config: Any) -> Any:
         return self._run(self.calls.put_from, DOWN, op, key, ptr, size, config)
@@ -178,15 +172,11 @@ class FailOpen:
 
     def addresses(self, op: int, keys: list[Any], addrs: Any, sizes: Any, config: Any) -> Any:
         down = [DOWN] * len(keys)
-        if op == OP_GET and self.landing is not None and len(addrs) == len(sizes) == len(keys):
-            return self._run(self._landed, down, keys, [[a] for a in addrs], [[s] for s in sizes])
         return self._run(self.calls.addresses, down, op, keys, addrs, sizes, config)
 
     def address_parts(
         self, op: int, keys: list[Any], all_addrs: Any, all_sizes: Any, config: Any
     ) -> Any:
-        if op == OP_GET and self.landing is not None:
-            return self._run(self._landed, [DOWN] * len(keys), keys, all_addrs, all_sizes)
         return self._run(
             self.calls.address_parts, [DOWN] * len(keys), op, keys, all_addrs, all_sizes, config
         )

@@ -539,6 +539,61 @@ void test_withdrawn_background_batch_is_not_sent() {
     CHECK(st.withdrawn == 1 && st.queued == 0);
 }
 
+// MCS_FLAG_LAND: a landed get fills the caller's buffers (one buffer a key, or
+// parts) as a plain get does; one that outlives its timed-out call never
+// writes them; the flag is refused where nobody waits to copy, or with
+// MCS_FLAG_TAIL_PART.
+void test_landed_gets_write_the_callers_memory_only_while_it_waits() {
+    TwoHeldGets t;
+    Fixture &f = t.f;
+    f.store->block_gets = false;
+    t.first.flags = MCS_FLAG_LAND;
+    std::memset(t.out_a, 'x', sizeof t.out_a);
+    CHECK(f.run_batch(t.first) == MCS_OK);
+    CHECK(t.res_a == 4 && std::memcmp(t.out_a, "aaaa", 4) == 0);
+    CHECK(t.out_a[4] == 'x');  // past the value: untouched
+
+    // Multi-part: the value fills the parts in order, later parts untouched.
+    {
+        std::lock_guard<std::mutex> lk(f.store->mu);
+        f.store->data["p"] = "0123456789";
+    }
+    char p1[4], p2[6], p3[4];
+    std::memset(p1, '-', 4), std::memset(p2, '-', 6), std::memset(p3, '-', 4);
+    void *parts[3] = {p1, p2, p3};
+    uint64_t part_sizes[3] = {4, 6, 4};
+    uint32_t counts[1] = {3};
+    int64_t res_p = 0;
+    Keys kp{std::vector<std::string>{"p"}};
+    mcs_batch parted = make_batch(MCS_OP_GET, kp, parts, part_sizes, &res_p, MCS_FLAG_LAND);
+    parted.part_counts = counts;
+    CHECK(f.run_batch(parted) == MCS_OK);
+    CHECK(res_p == 10 && std::memcmp(p1, "0123", 4) == 0 && std::memcmp(p2, "456789", 6) == 0);
+    CHECK(std::memcmp(p3, "----", 4) == 0);
+
+    // Timed out inside Mooncake: the late read lands in the shim's memory.
+    f.store->block_gets = true;
+    t.first.timeout_ms = 50;
+    uint64_t id = 0;
+    CHECK(f.run_batch(t.first, &id) == MCS_E_TIMEOUT);
+    std::memset(t.out_a, 'y', sizeof t.out_a);  // the caller reuses its buffer at once
+    f.store->block_gets = false;
+    auto got = f.drain_all(1);
+    CHECK(got.size() == 1 && got[0].id == id && got[0].timed_out == 1);
+    CHECK(t.res_a == 4);  // it did read, into the landing memory
+    CHECK(std::memcmp(t.out_a, "yyyyyyyyyyyyyyyy", 16) == 0);
+
+    // Refused: not a get, a submitted batch, with the tail part.
+    int64_t res = 0;
+    uint64_t size16[1] = {16};
+    void *bufs[1] = {t.out_a};
+    CHECK(f.run(MCS_OP_PUT, t.ka, bufs, size16, &res, MCS_FLAG_LAND) == MCS_E_INVALID_ARG);
+    uint64_t sid = 0;
+    CHECK(f.submit(MCS_OP_GET, t.ka, bufs, size16, &res, &sid, MCS_FLAG_LAND) == MCS_E_INVALID_ARG);
+    parted.flags = MCS_FLAG_LAND | MCS_FLAG_TAIL_PART;
+    CHECK(f.run_batch(parted) == MCS_E_INVALID_ARG);
+}
+
 int main() {
     return run_tests({
         {"round_trip_through_every_op", test_round_trip_through_every_op},
@@ -560,5 +615,7 @@ int main() {
         {"timed_out_queued_batch_is_withdrawn", test_timed_out_queued_batch_is_withdrawn},
         {"timed_out_calls_leave_no_queue", test_timed_out_calls_leave_no_queue},
         {"withdrawn_background_batch_is_not_sent", test_withdrawn_background_batch_is_not_sent},
+        {"landed_gets_write_the_callers_memory_only_while_it_waits",
+         test_landed_gets_write_the_callers_memory_only_while_it_waits},
     });
 }

@@ -52,8 +52,16 @@ std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
     if (n > (1u << 24)) throw Error(MCS_E_INVALID_ARG, "batch too large (over 16777216 keys)");
     if (!in.key_data) throw Error(MCS_E_INVALID_ARG, "key_data is NULL");
     if (!in.results) throw Error(MCS_E_INVALID_ARG, "results is NULL");
-    if (in.flags & ~(MCS_FLAG_FORCE | MCS_FLAG_SKIP_EXISTING | MCS_FLAG_TAIL_PART))
+    if (in.flags & ~(MCS_FLAG_FORCE | MCS_FLAG_SKIP_EXISTING | MCS_FLAG_TAIL_PART | MCS_FLAG_LAND))
         throw Error(MCS_E_INVALID_ARG, "unknown flags " + std::to_string(in.flags));
+    const bool land = in.flags & MCS_FLAG_LAND;
+    if (land && op != MCS_OP_GET) throw Error(MCS_E_INVALID_ARG, "MCS_FLAG_LAND is for get");
+    if (land && !sync)
+        throw Error(MCS_E_INVALID_ARG,
+                    "MCS_FLAG_LAND is for mcs_client_run (a submitted batch has no caller "
+                    "waiting for it to copy to)");
+    if (land && (in.flags & MCS_FLAG_TAIL_PART))
+        throw Error(MCS_E_INVALID_ARG, "MCS_FLAG_LAND and MCS_FLAG_TAIL_PART do not go together");
     const bool with_bufs = op_has_buffers(op);
     if (in.part_counts && !with_bufs)
         throw Error(MCS_E_INVALID_ARG, std::string("part_counts must be NULL for ") + op_name(op) +
@@ -140,6 +148,17 @@ std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
         std::string msg;
         int rc = l1_.check(b->bufs, b->sizes, msg);
         if (rc) throw Error(rc, msg);
+        if (land) {  // Mooncake reads into the landing buffer, laid out as bufs
+            uint64_t sum = 0;
+            for (size_t size : b->sizes) sum += size;
+            b->landing = landing_.take(sum);
+            b->land_to = b->bufs;
+            unsigned char *at = b->landing.get();
+            for (size_t i = 0; i < total; i++) {
+                b->bufs[i] = at;
+                at += b->sizes[i];
+            }
+        }
     }
     if (op == MCS_OP_PUT || op == MCS_OP_UPSERT) {
         if (in.replica) {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "l1.hpp"
+#include "landing.hpp"
 #include "lane.hpp"
 #include "replica.hpp"
 
@@ -118,6 +119,8 @@ private:
                       uint64_t size, int64_t *result);
     void count_one(int op, int64_t r, size_t size, double us, bool failed, int status);
 
+    // Folds a tile's outcome into its batch; a landed GET's bytes are copied
+    // to the caller's buffers here, while the caller still waits.
     void finish_tile(Batch &b, size_t begin, size_t end, const std::string &err);
     // GET / PUT / UPSERT of keys [begin, end) of a batch with multi-part values.
     void run_parts(Batch &b, size_t begin, size_t end, const StrVec *groups, std::string &err);
@@ -151,6 +154,8 @@ private:
     std::deque<mcs_completion> cq_;
     bool signaled_ = false;
     int efd_ = -1;
+
+    LandingPool landing_;  // MCS_FLAG_LAND batches read into its buffers
 
     std::mutex holds_mu_;
     std::unordered_map<uint64_t, std::vector<std::shared_ptr<void>>> holds_;

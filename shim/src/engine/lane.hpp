@@ -62,8 +62,12 @@ struct Batch {
     uint32_t n_failed = 0;
     std::string message;
     std::vector<std::shared_ptr<void>> holds;  // GET_BUFFER: what keeps values valid
-    bool sync = false;                         // a caller waits in mcs_client_run()
-    bool abandoned = false;                    // ... and stopped waiting: post a completion
+    // MCS_FLAG_LAND: the memory `bufs` point into (the engine's landing pool),
+    // and the caller's buffers, one per entry of `bufs`, its bytes go to.
+    std::shared_ptr<unsigned char> landing;
+    std::vector<void *> land_to;
+    bool sync = false;       // a caller waits in mcs_client_run()
+    bool abandoned = false;  // ... and stopped waiting: post a completion
     bool done = false;
     std::condition_variable cv;
 

@@ -3,10 +3,12 @@
 // failed keys) and into the per-operation counters.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string_view>
 #include <unordered_set>
 
 #include "engine.hpp"
+#include "two_threads.hpp"
 
 namespace mcs {
 
@@ -316,6 +318,31 @@ void Engine::run_merged(std::vector<Tile> &tiles) {
     for (const Tile *t : alone) run_tile(*t);
 }
 
+namespace {
+
+// Copies what a landed GET read for keys [begin, end) from the landing buffer
+// to the caller's buffers: a key's result is the bytes its parts received, in
+// order (MCS_FLAG_TAIL_PART is refused with MCS_FLAG_LAND).
+void land_out(const Batch &b, size_t begin, size_t end) {
+    auto read = [&](size_t j) {
+        int64_t r = b.results[begin + j];
+        return r > 0 ? uint64_t(r) : uint64_t(0);
+    };
+    for_each_on_two_threads(end - begin, read, [&](size_t j) {
+        const size_t i = begin + j;
+        uint64_t left = read(j);
+        const size_t lo = b.parted() ? b.part_first[i] : i;
+        const size_t hi = b.parted() ? b.part_first[i + 1] : i + 1;
+        for (size_t k = lo; k < hi && left; k++) {
+            const size_t n = size_t(std::min<uint64_t>(left, b.sizes[k]));
+            std::memcpy(b.land_to[k], b.bufs[k], n);
+            left -= n;
+        }
+    });
+}
+
+}  // namespace
+
 void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &err) {
     std::lock_guard<std::mutex> lk(b.mu);
     if (!err.empty() && b.status == 0) {
@@ -332,6 +359,9 @@ void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &
                 b.message = "key " + quote_key(b.keys[i]) + ": " + describe(int(r));
         }
     }
+    // With b.mu held: a caller whose deadline passes during the copy waits for
+    // it to end, and once the caller has given up (abandoned) nothing is copied.
+    if (b.landing && err.empty() && !b.abandoned) land_out(b, begin, end);
 }
 
 void OpCounters::add_error(int code, uint64_t keys) {
