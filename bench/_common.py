@@ -203,6 +203,21 @@ def dropin_store(local: LocalCluster, local_buffer_size: int = 16 * MiB) -> Any:
     return store
 
 
+#: Each class's module, by the names the benchmarks that spawn processes give them.
+IMPLS = {"ours": "mooncake_cffi.store", "theirs": "mooncake.store"}
+
+
+def spawned_store(impl: str, metadata: str, master: str) -> Any:
+    """A store of class ``impl`` (:data:`IMPLS`) set up as a stack sets it up (tcp, no
+    segment of its own), from the addresses a spawned process is given."""
+    module = __import__(IMPLS[impl], fromlist=["MooncakeDistributedStore"])
+    store = module.MooncakeDistributedStore()
+    rc = store.setup("127.0.0.1", metadata, 0, 16 * MiB, "tcp", "", master)
+    if rc != 0:
+        raise RuntimeError(f"{impl}: setup failed: {rc}")
+    return store
+
+
 def warm_segment(client: Client, nbytes: int, chunk: int = 4 * MiB) -> float:
     """Fault in the storage node's segment pages: put ``nbytes`` then remove it.
 

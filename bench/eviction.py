@@ -31,12 +31,11 @@ import sys
 import time
 from typing import Any
 
-from _common import MiB, banner, cluster, parser, table, write_json
+from _common import banner, cluster, parser, spawned_store, table, write_json
 
 from mooncake_cffi.sizes import parse_size
 from mooncake_cffi.status import name as status_name
 
-IMPLS = {"ours": "mooncake_cffi.store", "theirs": "mooncake.store"}
 SIZES = [64 << 10, 256 << 10, 1 << 20]
 HEADER = 24
 
@@ -49,22 +48,13 @@ def value_of(key: str, size: int) -> bytes:
     return head + body
 
 
-def _store(impl: str, metadata: str, master: str) -> Any:
-    module = __import__(IMPLS[impl], fromlist=["MooncakeDistributedStore"])
-    store = module.MooncakeDistributedStore()
-    rc = store.setup("127.0.0.1", metadata, 0, 16 * MiB, "tcp", "", master)
-    if rc != 0:
-        raise RuntimeError(f"{impl}: setup failed: {rc}")
-    return store
-
-
 def writer(impl: str, index: int, metadata: str, master: str, nbytes: int, recent_window: int,
            stall: float, seed: int, out: Any) -> None:  # fmt: skip
     """One writer process: puts ``nbytes`` of self-describing values, reading back as it
     goes (a key is recent while this writer has written less than ``recent_window`` bytes
     since); puts its tallies on ``out``."""
     rng = random.Random(seed * 1000 + index)
-    store = _store(impl, metadata, master)
+    store = spawned_store(impl, metadata, master)
     buf = (ctypes.c_char * max(SIZES))()
     ptr = ctypes.addressof(buf)
     store.register_buffer(ptr, len(buf))

@@ -38,11 +38,21 @@ import threading
 import time
 from typing import Any
 
-from _common import GiB, KiB, MiB, banner, cluster, loopback_bandwidth, parser, table, write_json
+from _common import (
+    GiB,
+    KiB,
+    MiB,
+    banner,
+    cluster,
+    loopback_bandwidth,
+    parser,
+    spawned_store,
+    table,
+    write_json,
+)
 
 from mooncake_cffi import Client
 
-IMPLS = {"ours": "mooncake_cffi.store", "theirs": "mooncake.store"}
 LABEL = {"ours": "drop-in", "theirs": "Mooncake's"}
 CALL_BYTES = 16 * MiB  # one batch call's bytes, whatever the value size
 TAG = struct.Struct("<4sIII")  # b"mcfl", process, thread, value index: each value's first 16 bytes
@@ -50,15 +60,6 @@ MAGIC = b"mcfl"
 
 
 # ------------------------------------------------------------------ in the spawned processes
-
-
-def _store(impl: str, metadata: str, master: str) -> Any:
-    module = __import__(IMPLS[impl], fromlist=["MooncakeDistributedStore"])
-    store = module.MooncakeDistributedStore()
-    rc = store.setup("127.0.0.1", metadata, 0, 16 * MiB, "tcp", "", master)
-    if rc != 0:
-        raise RuntimeError(f"{impl}: setup failed: {rc}")
-    return store
 
 
 def _rss_kib(pid: int | str = "self") -> int:
@@ -149,7 +150,7 @@ def mover(
     """One process of the throughput part: for each (threads, value size, calls per
     thread) of ``plan``, a put phase and a get phase between the controller's start and
     end lines, then its values removed; puts its tallies on ``out``."""
-    store = _store(impl, metadata, master)
+    store = spawned_store(impl, metadata, master)
     region = mmap.mmap(-1, 2 * max(t for t, _, _ in plan) * CALL_BYTES)
     base = _address(region)
     if store.register_buffer(base, len(region)) != 0:
@@ -185,7 +186,7 @@ def _address(region: mmap.mmap) -> int:
 def looker(impl: str, metadata: str, master: str, conn: Any) -> None:
     """One process of the growth part, driven over ``conn``: ("fill", keys) stores them;
     ("look", keys, rounds, gap, seed) answers each lookup's seconds; ("rss",) its RSS."""
-    store = _store(impl, metadata, master)
+    store = spawned_store(impl, metadata, master)
     value = bytes(128)
     conn.send("ready")
     while True:
