@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "reaper.hpp"
+#include "spin.hpp"
 
 namespace mcs {
 
@@ -171,10 +172,11 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
         run_tile(mine);
         lane->release_slot(mine);
     }
+    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(in.timeout_ms);
+    SpinWait::until(b->done_now);  // spin.hpp: a small call ends within it
     std::unique_lock<std::mutex> lk(b->mu);
     if (timed) {
-        if (!b->cv.wait_for(lk, std::chrono::milliseconds(in.timeout_ms),
-                            [&] { return b->done; })) {
+        if (!b->cv.wait_until(lk, deadline, [&] { return b->done; })) {
             b->abandoned = true;  // complete() posts a completion instead
             lk.unlock();
             {
@@ -244,6 +246,7 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
         std::unique_lock<std::mutex> lk(b->mu);
         if (b->sync && !b->abandoned) {
             b->done = true;
+            b->done_now.store(true, std::memory_order_release);
             // Woken after the unlock, the caller does not block on b->mu at
             // once.  `b` (the caller's reference) keeps the batch, and its cv,
             // alive until this returns.

@@ -69,6 +69,7 @@ struct Batch {
     bool sync = false;       // a caller waits in mcs_client_run()
     bool abandoned = false;  // ... and stopped waiting: post a completion
     bool done = false;
+    std::atomic<bool> done_now{false};  // `done`, readable without `mu`
     std::condition_variable cv;
 
     // Guarded by the lane's mutex (Lane::abandon and the workers).
