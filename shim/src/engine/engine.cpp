@@ -172,11 +172,13 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
         run_tile(mine);
         lane->release_slot(mine);
     }
-    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(in.timeout_ms);
-    SpinWait::until(b->done_now);  // spin.hpp: a small call ends within it
+    const Clock::time_point deadline =
+        timed ? Clock::now() + std::chrono::milliseconds(in.timeout_ms) : Clock::time_point();
+    SpinWait::until(b->done);  // spin.hpp: a small call ends within it
     std::unique_lock<std::mutex> lk(b->mu);
     if (timed) {
-        if (!b->cv.wait_until(lk, deadline, [&] { return b->done; })) {
+        if (!b->cv.wait_until(lk, deadline,
+                              [&] { return b->done.load(std::memory_order_relaxed); })) {
             b->abandoned = true;  // complete() posts a completion instead
             lk.unlock();
             {
@@ -207,7 +209,7 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
                                            " goes on and will post a completion)");
         }
     } else {
-        b->cv.wait(lk, [&] { return b->done; });
+        b->cv.wait(lk, [&] { return b->done.load(std::memory_order_relaxed); });
     }
     if (b->status) throw Error(b->status, b->message);
     return MCS_OK;
@@ -245,8 +247,7 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
     {
         std::unique_lock<std::mutex> lk(b->mu);
         if (b->sync && !b->abandoned) {
-            b->done = true;
-            b->done_now.store(true, std::memory_order_release);
+            b->done.store(true, std::memory_order_release);
             // Woken after the unlock, the caller does not block on b->mu at
             // once.  `b` (the caller's reference) keeps the batch, and its cv,
             // alive until this returns.

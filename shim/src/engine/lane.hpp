@@ -68,8 +68,9 @@ struct Batch {
     std::vector<void *> land_to;
     bool sync = false;       // a caller waits in mcs_client_run()
     bool abandoned = false;  // ... and stopped waiting: post a completion
-    bool done = false;
-    std::atomic<bool> done_now{false};  // `done`, readable without `mu`
+    // Set under `mu` for the waiting caller; atomic so that it can poll it
+    // without `mu` first (spin.hpp).
+    std::atomic<bool> done{false};
     std::condition_variable cv;
 
     // Guarded by the lane's mutex (Lane::abandon and the workers).
