@@ -104,6 +104,9 @@ class NodeHealth:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
+        #: Every known node is up until this monotonic time (0.0 while one is down or none
+        #: is known): kept with the states, so that a lookup's question is one comparison.
+        self.up_until = 0.0
         #: Probe reads sent, and the states' changes, for the benchmarks and the operator.
         self.probes = 0
         self.changes = 0
@@ -144,11 +147,16 @@ class NodeHealth:
     # -- what lookups ask ------------------------------------------------------------
 
     def healthy(self) -> bool:
-        """True while at least one node is known and every known node is up."""
-        now = _monotonic()
-        with self._lock:
-            nodes = list(self._nodes.values())
-        return bool(nodes) and all(not n.failed and now - n.answered_at < FRESH_FOR for n in nodes)
+        """True while at least one node is known and every known node is up (no lock:
+        :attr:`up_until` is one float, replaced whole)."""
+        return _monotonic() < self.up_until
+
+    def _recount(self) -> None:  # with the lock held, after any node's state changed
+        nodes = self._nodes.values()
+        if not nodes or any(n.failed for n in nodes):
+            self.up_until = 0.0
+        else:
+            self.up_until = min(n.answered_at for n in nodes) + FRESH_FOR
 
     def state(self, node: str) -> str | None:
         """``"up"``, ``"suspect"`` or ``"down"``; None for a node not known."""
@@ -188,6 +196,7 @@ class NodeHealth:
                 return
             if node not in self._nodes:
                 self._nodes[node] = _Node(sample)
+                self._recount()
                 self._start()
 
     def observed(self, node: str, result: int) -> None:
@@ -202,6 +211,7 @@ class NodeHealth:
             self._closed = True
             pool, self._pool = self._pool, None
             self._nodes.clear()
+            self.up_until = 0.0
         self._wake.set()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -225,6 +235,7 @@ class NodeHealth:
                 log.warning("storage node %s answers again: its keys count as hits", node)
         elif result == OBJECT_NOT_FOUND:  # the sample is gone: the node is unknown again
             del self._nodes[node]
+            self._recount()
             return
         else:
             n.failed = True
@@ -236,6 +247,7 @@ class NodeHealth:
                     node,
                     result,
                 )
+        self._recount()
         if was != (n.failed, _monotonic() - n.answered_at < FRESH_FOR):
             self.changes += 1
             log.debug("node %s: %s", node, DOWN if n.failed else UP)
