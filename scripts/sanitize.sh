@@ -25,5 +25,6 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 "$dir/shim/test_replica_parts"
 "$dir/shim/test_trust"
 "$dir/shim/test_lane_stop"
+"$dir/shim/test_cpus"
 "$dir/shim/test_crc32c"
 "$dir/shim/test_integrity"

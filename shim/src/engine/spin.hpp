@@ -12,9 +12,9 @@
 // keys 372 us sleeping, 387 us spinning.
 //
 // The spin is bounded in time (MCS_WAIT_SPIN_US, default kDefaultSpinUs; 0
-// turns it off) and in callers: at most one spinner per two CPUs in the
-// process, none on one CPU.  A caller that cannot spin, or whose batch is
-// still running at the end of the spin, sleeps as before.
+// turns it off) and in callers: at most one spinner per two CPUs the process
+// may use (cpus.hpp: its affinity and its cgroup's quota), none on one.  A caller that cannot spin,
+// or whose batch is still running at the end of the spin, sleeps as before.
 #pragma once
 
 #include <sched.h>
@@ -22,7 +22,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <thread>
+
+#include "cpus.hpp"
 
 namespace mcs {
 
@@ -33,7 +34,7 @@ public:
     // Returns once `flag` is set or the spin is over (no spin: at once).
     static void until(const std::atomic<bool> &flag) {
         static const long us = spin_us();
-        static const int most = int(std::thread::hardware_concurrency() / 2);
+        static const int most = usable_cpus() / 2;
         if (us <= 0 || most <= 0 || flag.load(std::memory_order_acquire)) return;
         static std::atomic<int> spinning{0};
         if (spinning.fetch_add(1, std::memory_order_relaxed) >= most) {
