@@ -13,8 +13,9 @@
 //
 // The spin is bounded in time (MCS_WAIT_SPIN_US, default kDefaultSpinUs; 0
 // turns it off) and in callers: at most one spinner per two CPUs the process
-// may use (cpus.hpp: its affinity and its cgroup's quota), none on one.  A caller that cannot spin,
-// or whose batch is still running at the end of the spin, sleeps as before.
+// may use (cpus.hpp: its affinity and its cgroup's quota), none on one.  A
+// caller that cannot spin, or whose batch is still running at the end of the
+// spin, sleeps as before.
 #pragma once
 
 #include <sched.h>
