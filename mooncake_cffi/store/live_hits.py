@@ -104,8 +104,7 @@ class LiveHits:
     def trusted(self) -> bool:
         """Whether a lookup now needs no check: every storage node known is up
         (:class:`~.node_health.NodeHealth`), and no discovery check is due."""
-        now = _monotonic()
-        return now < self._discover_at and now < self.health.up_until
+        return _monotonic() < self._discover_at and self.health.healthy()
 
     def confirm(self, keys: Sequence[Any], results: list[int]) -> list[int]:
         """``results`` (the master's answers for ``keys``) with each 1 whose nodes did not

@@ -2,9 +2,8 @@
 // cgroup v2 quota read from a hierarchy laid out in a temporary directory.
 #include <sched.h>
 #include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -20,20 +19,11 @@ struct Hierarchy {
         char dir[] = "/tmp/mcs-cgroup-XXXXXX";
         root = mkdtemp(dir);
     }
-    ~Hierarchy() {
-        const std::string rm = "rm -rf '" + root + "'";
-        CHECK(std::system(rm.c_str()) == 0);
-    }
-    // Writes `cpu_max` as the cpu.max of `path` ("" for the root).
+    ~Hierarchy() { std::filesystem::remove_all(root); }
+    // Writes `cpu_max` as the cpu.max of cgroup `path` (such as "/k/pod").
     void set(const std::string &path, const std::string &cpu_max) const {
-        std::string dir = root;
-        for (size_t at = 1; at <= path.size(); at = path.find('/', at) + 1) {
-            const size_t end = path.find('/', at);
-            dir = root + path.substr(0, end == std::string::npos ? path.size() : end);
-            mkdir(dir.c_str(), 0755);
-            if (end == std::string::npos) break;
-        }
-        std::ofstream(dir + "/cpu.max") << cpu_max << "\n";
+        std::filesystem::create_directories(root + path);
+        std::ofstream(root + path + "/cpu.max") << cpu_max << "\n";
     }
 };
 

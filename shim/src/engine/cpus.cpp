@@ -2,7 +2,6 @@
 
 #include <sched.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
