@@ -165,3 +165,105 @@ def test_a_save_that_outlives_its_call_never_stores_what_the_caller_wrote_after(
             assert value in (b"", b"\x5a" * 2 * PART), (key, len(value), set(value[:4096]))
     finally:
         blocks.close()
+
+
+# One buffer per key: the calls that run through the thread's reused batch with the
+# deadline (a timed-out one leaves that struct with the shim, and the thread takes another).
+
+WHOLE = 2 * PART
+
+
+def _whole(blocks: Blocks, region: int = 0) -> tuple[list[int], list[int]]:
+    """One WHOLE-byte buffer per key, in the first or second half of the region."""
+    base = blocks.base + region * (len(blocks.raw) // 2)
+    n = len(blocks.raw) // 2 // WHOLE
+    return [base + i * WHOLE for i in range(n)], [WHOLE] * n
+
+
+def _load(store: MooncakeDistributedStore, kind: str, keys: list[str], ptrs, sizes) -> list[int]:
+    if kind == "get_into":
+        return [store.get_into(keys[0], ptrs[0], sizes[0])]
+    return store.batch_get_into(keys, ptrs, sizes)
+
+
+def _save(store: MooncakeDistributedStore, kind: str, keys: list[str], ptrs, sizes) -> list[int]:
+    if kind == "put_from":
+        return [store.put_from(keys[0], ptrs[0], sizes[0])]
+    return store.batch_put_from(keys, ptrs, sizes)
+
+
+@pytest.mark.parametrize("kind", ["batch_get_into", "get_into"])
+def test_a_timed_out_load_leaves_its_batch_and_the_next_call_reads_right(local, store, kind):
+    blocks = Blocks(store)
+    try:
+        ptrs, sizes = _whole(blocks)
+        keys = [f"late-whole-{i}-{uuid.uuid4().hex[:8]}" for i in range(len(ptrs))]
+        if kind == "get_into":
+            keys, ptrs, sizes = keys[:1], ptrs[:1], sizes[:1]
+        blocks.fill(0x5A)
+        assert store.batch_put_from(keys, ptrs, sizes) == [0] * len(keys)
+        runner = store._x.calls.runner
+        before = runner.state().batch
+        pid = local.pids["storage"]
+        freeze(pid)
+        try:
+            got, took = _timed(lambda: _load(store, kind, keys, ptrs, sizes))
+            assert took < CALL_S, took
+            assert all(r < 0 for r in got), got
+            # the shim keeps the timed-out struct (it writes the results there when the
+            # transfer ends): the thread's next call must not fill it
+            assert runner.state().batch is not before
+            blocks.fill(0xC3)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until("the shim finishing the late load", _shim_done(store), DONE_S)
+        assert blocks.bytes() == b"\xc3" * len(blocks.raw), "a late load wrote the caller's memory"
+        # The same thread's next calls, into the other half: the keys' bytes, and only there.
+        ptrs2, _ = _whole(blocks, 1)
+        ptrs2 = ptrs2[: len(keys)]
+        wait_until(
+            "the keys read again",
+            lambda: _load(store, kind, keys, ptrs2, sizes) == [WHOLE] * len(keys),
+            DONE_S,
+        )
+        half = len(blocks.raw) // 2
+        data = blocks.bytes()
+        assert data[:half] == b"\xc3" * half
+        assert data[half : half + len(keys) * WHOLE] == b"\x5a" * (len(keys) * WHOLE)
+    finally:
+        blocks.close()
+
+
+@pytest.mark.parametrize("kind", ["batch_put_from", "put_from"])
+def test_a_timed_out_save_leaves_its_batch_and_the_next_call_stores_right(local, store, kind):
+    blocks = Blocks(store)
+    try:
+        ptrs, sizes = _whole(blocks)
+        keys = [f"late-wsave-{i}-{uuid.uuid4().hex[:8]}" for i in range(len(ptrs))]
+        if kind == "put_from":
+            keys, ptrs, sizes = keys[:1], ptrs[:1], sizes[:1]
+        blocks.fill(0x5A)
+        pid = local.pids["storage"]
+        freeze(pid)
+        try:
+            got, took = _timed(lambda: _save(store, kind, keys, ptrs, sizes))
+            assert took < CALL_S, took
+            assert all(r < 0 for r in got), got
+            blocks.fill(0xC3)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until("the shim finishing the late save", _shim_done(store), DONE_S)
+        for key in keys:
+            value = store.get(key)
+            assert value in (b"", b"\x5a" * WHOLE), (key, len(value), set(value[:4096]))
+        # The same thread's next save, of other keys from the rewritten memory.
+        again = [f"{k}-again" for k in keys]
+        wait_until(
+            "a save stored again",
+            lambda: _save(store, kind, again, ptrs, sizes) == [0] * len(again),
+            DONE_S,
+        )
+        for key in again:
+            assert store.get(key) == b"\xc3" * WHOLE
+    finally:
+        blocks.close()

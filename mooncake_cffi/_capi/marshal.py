@@ -242,6 +242,19 @@ class Packed:
         self.keys = keys
         self._keep = keep
 
+    @classmethod
+    def over(cls, batch: Any, results: Any, keys: list[Any], keep: list[Any]) -> Packed:
+        """A Packed over a struct filled elsewhere (a thread's reused batch whose call timed
+        out: the shim keeps using it), keeping ``keep`` alive with it."""
+        packed = cls.__new__(cls)
+        packed.batch = batch
+        packed.results = results
+        packed.values = None
+        packed.n = len(keys)
+        packed.keys = keys
+        packed._keep = keep
+        return packed
+
     def hold(self, obj: Any) -> None:
         """Keep ``obj`` (memory the batch points into) alive as long as the batch: until
         its completion is drained, or its timed-out call's orphan is reaped."""

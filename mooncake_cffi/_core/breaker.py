@@ -72,6 +72,12 @@ def failed(result: Any) -> bool:
     if isinstance(result, bytes):
         return not result
     if isinstance(result, list):
+        if not result:
+            return False
+        try:  # per-key ints, the usual answer: one pass in C
+            return bool(min(result) < 0)
+        except TypeError:  # values (bytes), or None among them
+            pass
         return any(
             r is None or (isinstance(r, int) and r < 0) or (isinstance(r, bytes) and not r)
             for r in result

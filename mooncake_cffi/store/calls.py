@@ -122,10 +122,16 @@ class StoreCalls:
     def _limit(self, packed: Packed) -> Any:
         """A private batch's time limit: the client's, plus :attr:`per_mib` for each MiB
         it moves."""
+        if self.per_mib is None or self.calls.op_timeout is None:
+            return DEFAULT
+        return self._limit_for(packed.payload())
+
+    def _limit_for(self, payload: int) -> Any:
+        """The time limit of a call moving ``payload`` bytes (see :meth:`_limit`)."""
         per_mib, base = self.per_mib, self.calls.op_timeout
         if per_mib is None or base is None:
             return DEFAULT
-        return base + per_mib * packed.payload() / _MIB
+        return base + per_mib * payload / _MIB
 
     # ------------------------------------------------------------ one key
 
@@ -150,6 +156,12 @@ class StoreCalls:
         """One key through a private batch (a deadline; re-entry): the batch keeps ``buf``
         (cdata, which keeps its Python buffer) alive for as long as the shim may use it."""
         kb = repair.key_bytes(key)
+        if buf is not _NULL:
+            addr = int(ffi.cast("uintptr_t", buf))
+            timed = self._addresses_until(op, [kb], [addr], [size], flags, buf)
+            if timed is not None:
+                rc, results = timed
+                return results[0] if rc == 0 else repair.one_refused(rc, op, kb)
         try:
             if buf is _NULL:
                 packed = Packed(op, [kb], flags=flags)
@@ -268,17 +280,54 @@ class StoreCalls:
         if not n:
             return []
         rb = self.calls.reused(DEFAULT)
-        if rb is None:
-            try:
-                return self._private(
-                    lambda: Packed(op, keys, addrs, sizes, flags=flags, addresses=True)
-                )
-            except Failed as f:
-                return self._addresses_refused(f.rc, op, keys, addrs, sizes, config)
-        rc, results = self.runner.at_addresses(rb, op, keys, addrs, sizes, flags)
+        if rb is not None:
+            rc, results = self.runner.at_addresses(rb, op, keys, addrs, sizes, flags)
+        else:
+            timed = self._addresses_until(op, keys, addrs, sizes, flags)
+            if timed is None:
+                try:
+                    return self._private(
+                        lambda: Packed(op, keys, addrs, sizes, flags=flags, addresses=True)
+                    )
+                except Failed as f:
+                    return self._addresses_refused(f.rc, op, keys, addrs, sizes, config)
+            rc, results = timed
         if rc == 0:
             return results
         return self._addresses_refused(rc, op, keys, addrs, sizes, config)
+
+    def _addresses_until(
+        self,
+        op: int,
+        keys: list[Any],
+        addrs: Sequence[int],
+        sizes: Sequence[int],
+        flags: int,
+        hold: Any = None,
+    ) -> tuple[int, list[int]] | None:
+        """A call at addresses with the client's deadline (and :attr:`per_mib`) through the
+        thread's reused batch: (the shim's status, per-key results; a timeout's status is
+        MCS_E_TIMEOUT), or None when it must take a private batch."""
+        calls = self.calls
+        if calls.op_timeout is None:
+            return None  # no deadline: the reused batch was busy
+        try:
+            payload = sum(sizes)
+        except TypeError:
+            return None  # the private batch names the bad size
+        try:
+            return self.runner.at_addresses_until(
+                op,
+                keys,
+                addrs,
+                sizes,
+                flags,
+                calls.deadline_ms(self._limit_for(payload)),
+                calls.pending_write,
+                hold,
+            )
+        except MooncakeError as exc:
+            return exc.code, []
 
     def _addresses_refused(
         self,
