@@ -189,6 +189,11 @@ def _load(store: MooncakeDistributedStore, kind: str, keys: list[str], ptrs, siz
 def _save(store: MooncakeDistributedStore, kind: str, keys: list[str], ptrs, sizes) -> list[int]:
     if kind == "put_from":
         return [store.put_from(keys[0], ptrs[0], sizes[0])]
+    if kind == "put_batch":  # bytes-like values: views of the same memory
+        raw = (ctypes.c_ubyte * (sizes[0] * len(keys))).from_address(ptrs[0])
+        whole = memoryview(raw).cast("B")
+        views = [whole[i * sizes[0] : (i + 1) * sizes[0]] for i in range(len(keys))]
+        return [store.put_batch(keys, views)] * len(keys)
     return store.batch_put_from(keys, ptrs, sizes)
 
 
@@ -234,7 +239,7 @@ def test_a_timed_out_load_leaves_its_batch_and_the_next_call_reads_right(local, 
         blocks.close()
 
 
-@pytest.mark.parametrize("kind", ["batch_put_from", "put_from"])
+@pytest.mark.parametrize("kind", ["batch_put_from", "put_from", "put_batch"])
 def test_a_timed_out_save_leaves_its_batch_and_the_next_call_stores_right(local, store, kind):
     blocks = Blocks(store)
     try:

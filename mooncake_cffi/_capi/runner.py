@@ -282,25 +282,23 @@ class Runner:
             MCS_E_TIMEOUT, f"{what + ': ' if what else ''}{msg}", None, batch_id, write
         )
 
-    def at_addresses_until(
+    def run_until(
         self,
-        op: int,
+        fill: Callable[[ReusedBatch], Any],
         keys: list[Any],
-        addrs: Sequence[int],
-        sizes: Sequence[int],
-        flags: int,
         timeout_ms: int,
         pending_write: Callable[[Packed, int], PendingWrite | None] | None = None,
         hold: Any = None,
     ) -> tuple[int, list[int]] | None:
-        """:meth:`at_addresses` with a deadline of ``timeout_ms``, through this thread's
-        reused batch: (the shim's status, the per-key results); None when the call must
-        take a private batch (timed-out batches wait to be reaped, or the reused batch is
-        in use).  A call that times out leaves the struct with the shim: it becomes that
-        batch's orphan (a :class:`Packed` over it, kept until the batch completes), the
-        thread takes a fresh one, and this raises MooncakeTimeoutError as
-        :meth:`run_packed` does (``hold``: what the orphan keeps alive besides, such as the
-        cdata of a buffer).  A private batch per call cost 4-5 us more (16 keys)."""
+        """A call with a deadline of ``timeout_ms`` through this thread's reused batch,
+        filled by ``fill(batch)`` (which returns what must stay alive with it, such as
+        :meth:`~.marshal.ReusedBatch.fill_addresses`): (the shim's status, the per-key
+        results); None when the call must take a private batch (timed-out batches wait to
+        be reaped, or the reused batch is in use).  A call that times out leaves the struct
+        with the shim: it becomes that batch's orphan (a :class:`Packed` over it, kept
+        until the batch completes, with ``hold`` besides), the thread takes a fresh one,
+        and this raises MooncakeTimeoutError as :meth:`run_packed` does.  A private batch
+        per call cost 4-5 us more at 16 keys."""
         native = self.native
         state = self.state()
         rb = state.batch
@@ -309,7 +307,7 @@ class Runner:
         rb.busy = True
         timed_out = False
         try:
-            keep = rb.fill_addresses(op, keys, flags, addrs, sizes)
+            keep = fill(rb)
             rb.batch.timeout_ms = timeout_ms
             idp = state.idp
             rc: int = _run(native.checked(), idp, rb.batch)

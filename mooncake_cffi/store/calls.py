@@ -305,27 +305,28 @@ class StoreCalls:
         flags: int,
         hold: Any = None,
     ) -> tuple[int, list[int]] | None:
-        """A call at addresses with the client's deadline (and :attr:`per_mib`) through the
-        thread's reused batch: (the shim's status, per-key results; a timeout's status is
-        MCS_E_TIMEOUT), or None when it must take a private batch."""
-        calls = self.calls
-        if calls.op_timeout is None:
-            return None  # no deadline: the reused batch was busy
+        """A call at addresses with the client's deadline: see :meth:`_until`."""
         try:
             payload = sum(sizes)
         except TypeError:
             return None  # the private batch names the bad size
+        return self._until(
+            lambda rb: rb.fill_addresses(op, keys, flags, addrs, sizes), keys, payload, hold
+        )
+
+    def _until(
+        self, fill: Callable[[Any], Any], keys: list[Any], payload: int, hold: Any = None
+    ) -> tuple[int, list[int]] | None:
+        """A call with the client's deadline (and :attr:`per_mib` for its ``payload``
+        bytes) through the thread's reused batch, filled by ``fill``: (the shim's status,
+        per-key results; a timeout's status is MCS_E_TIMEOUT), or None when it must take a
+        private batch."""
+        calls = self.calls
+        if calls.op_timeout is None:
+            return None  # no deadline: the reused batch was busy
+        limit = calls.deadline_ms(self._limit_for(payload))
         try:
-            return self.runner.at_addresses_until(
-                op,
-                keys,
-                addrs,
-                sizes,
-                flags,
-                calls.deadline_ms(self._limit_for(payload)),
-                calls.pending_write,
-                hold,
-            )
+            return self.runner.run_until(fill, keys, limit, calls.pending_write, hold)
         except MooncakeError as exc:
             return exc.code, []
 
@@ -420,7 +421,7 @@ class StoreCalls:
         if n == 1 and config is None:
             return self.put(op, keys[0], values[0], None)
         try:
-            results = self._private(lambda: Packed(op, keys, values, replicate_config=config))
+            results = self._values_until(op, keys, values, config)
         except Failed as f:
             if any(not memoryview(v).nbytes for v in values):
                 return INVALID_PARAMS  # as Mooncake's: the batch fails whole, nothing stored
@@ -433,6 +434,28 @@ class StoreCalls:
             results = repair.batch_refused(f.rc, keys, answer, run, reverse=op == OP_UPSERT)
         worst = min(results)
         return worst if worst < 0 else 0
+
+    def _values_until(
+        self, op: int, keys: list[Any], values: Sequence[Any], config: Any
+    ) -> list[int]:
+        """Per-key results of a bytes write (the thread's reused batch with a deadline, or
+        a private one); Failed when the shim refuses the batch."""
+        timed = None
+        if self.calls.op_timeout is not None:
+            try:
+                payload = sum(memoryview(v).nbytes for v in values)
+            except TypeError:
+                payload = -1  # the private batch names the value that is not bytes-like
+            if payload >= 0:
+                timed = self._until(
+                    lambda rb: rb.fill(op, keys, 0, values, None, False, config), keys, payload
+                )
+        if timed is None:
+            return self._private(lambda: Packed(op, keys, values, replicate_config=config))
+        rc, results = timed
+        if rc:
+            raise Failed(rc)
+        return results
 
     def _put_staged(
         self, op: int, keys: list[Any], values: Sequence[Any], config: Any
