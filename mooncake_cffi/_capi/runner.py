@@ -7,7 +7,8 @@ call:
   into the thread's read buffer);
 * ``mcs_client_run_keys`` for a batch of keys only (:meth:`Runner.keys`);
 * ``mcs_client_run`` for a filled batch, of buffers (:meth:`Runner.filled`) or of integer
-  addresses (:meth:`Runner.at_addresses`);
+  addresses (:meth:`Runner.at_addresses`), and with a deadline (:meth:`Runner.run_until`:
+  a timed-out one becomes an orphan, and the thread takes a fresh reused batch);
 * GET_BUFFER runs, whose values stay valid until :meth:`Runner.release`
   (:meth:`Runner.get_buffer`);
 * ``mcs_client_submit`` / ``mcs_client_drain`` / ``mcs_client_wait`` for the batches that run

@@ -4,7 +4,9 @@ answered as Mooncake's own binding answers, never with an exception where it ret
 :class:`StoreCalls` holds a :class:`~mooncake_cffi.Client`'s native side and blocking calls.
 Each data call takes the calling thread's reused memory and makes one shim call
 (``mcs_client_run_one`` for one key, ``mcs_client_run_keys`` for keys only, ``mcs_client_run``
-for the rest); with a deadline (``op_timeout``) it takes a private batch through
+for the rest).  With a deadline (``op_timeout``) the calls at addresses and the bytes batch
+writes fill the same reused batch (``Runner.run_until``: a timed-out one is left to the
+shim and the thread takes another); the others take a private batch through
 :class:`~_core.blocking.BlockingCalls`, which keeps what a timed-out call left with the shim.
 Status codes of the shim become Mooncake's (:func:`code_of`).  A batch the shim refuses as a
 whole (an empty key, a key twice, a NULL buffer) is answered key by key, as Mooncake does, by
@@ -153,8 +155,10 @@ class StoreCalls:
         return result
 
     def _one_private(self, op: int, key: Any, flags: int, buf: Any, size: int) -> int:
-        """One key through a private batch (a deadline; re-entry): the batch keeps ``buf``
-        (cdata, which keeps its Python buffer) alive for as long as the shim may use it."""
+        """One key with a deadline (a buffer: the thread's reused batch when free, see
+        :meth:`_until`), or through a private batch (re-entry, no buffer): either keeps
+        ``buf`` (cdata, which keeps its Python buffer) alive for as long as the shim may
+        use it."""
         kb = repair.key_bytes(key)
         if buf is not _NULL:
             addr = int(ffi.cast("uintptr_t", buf))
