@@ -208,7 +208,7 @@ def test_a_timed_out_load_leaves_its_batch_and_the_next_call_reads_right(local, 
         blocks.fill(0x5A)
         assert store.batch_put_from(keys, ptrs, sizes) == [0] * len(keys)
         runner = store._x.calls.runner
-        before = runner.state().batch
+        before = runner.state().timed
         pid = local.pids["storage"]
         freeze(pid)
         try:
@@ -217,7 +217,7 @@ def test_a_timed_out_load_leaves_its_batch_and_the_next_call_reads_right(local, 
             assert all(r < 0 for r in got), got
             # the shim keeps the timed-out struct (it writes the results there when the
             # transfer ends): the thread's next call must not fill it
-            assert runner.state().batch is not before
+            assert runner.state().timed is not before
             blocks.fill(0xC3)
         finally:
             os.kill(pid, signal.SIGCONT)
@@ -272,3 +272,20 @@ def test_a_timed_out_save_leaves_its_batch_and_the_next_call_stores_right(local,
             assert store.get(key) == b"\xc3" * WHOLE
     finally:
         blocks.close()
+
+
+def test_negative_sizes_are_refused_as_before_on_the_deadline_path(store):
+    # The deadline grows with the bytes a call moves; a negative size must still be the
+    # TypeError Mooncake's binding raises, not an error of the deadline's arithmetic.
+    raw = (ctypes.c_char * 4096)()
+    base = ctypes.addressof(raw)
+    assert store.register_buffer(base, 4096) == 0
+    try:
+        with pytest.raises(TypeError):
+            store.batch_get_into(["neg-a", "neg-b"], [base, base + 64], [64, -(2**40)])
+        with pytest.raises(TypeError):
+            store.get_into("neg-a", base, -(2**40))
+        with pytest.raises(TypeError):
+            store.batch_put_from(["neg-a", "neg-b"], [base, base + 64], [-(2**40), 64])
+    finally:
+        store.unregister_buffer(base)

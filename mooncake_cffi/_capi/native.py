@@ -186,10 +186,14 @@ class ThreadState:
     call made in mid-call on the same thread (a finalizer, a signal handler) takes private
     memory instead of overwriting the outer call's."""
 
-    __slots__ = ("batch", "_scratch", "scratch_busy", "idp")
+    __slots__ = ("batch", "timed", "_scratch", "scratch_busy", "idp")
 
     def __init__(self) -> None:
         self.batch = ReusedBatch()
+        #: The batch of calls with a deadline (``Runner.run_until``), apart from ``batch``:
+        #: a timed-out one is left to the shim and replaced, which must never happen to a
+        #: batch an outer call on this thread has taken and not yet marked busy.
+        self.timed = ReusedBatch()
         self._scratch: Any = None
         self.scratch_busy = False
         self.idp = ffi.new("uint64_t *")

@@ -291,18 +291,18 @@ class Runner:
         pending_write: Callable[[Packed, int], PendingWrite | None] | None = None,
         hold: Any = None,
     ) -> tuple[int, list[int]] | None:
-        """A call with a deadline of ``timeout_ms`` through this thread's reused batch,
-        filled by ``fill(batch)`` (which returns what must stay alive with it, such as
-        :meth:`~.marshal.ReusedBatch.fill_addresses`): (the shim's status, the per-key
-        results); None when the call must take a private batch (timed-out batches wait to
-        be reaped, or the reused batch is in use).  A call that times out leaves the struct
-        with the shim: it becomes that batch's orphan (a :class:`Packed` over it, kept
-        until the batch completes, with ``hold`` besides), the thread takes a fresh one,
-        and this raises MooncakeTimeoutError as :meth:`run_packed` does.  A private batch
-        per call cost 4-5 us more at 16 keys."""
+        """A call with a deadline of ``timeout_ms`` through this thread's reused batch for
+        such calls (``ThreadState.timed``), filled by ``fill(batch)`` (which returns what
+        must stay alive with it, such as :meth:`~.marshal.ReusedBatch.fill_addresses`):
+        (the shim's status, the per-key results); None when the call must take a private
+        batch (timed-out batches wait to be reaped, or the batch is in use).  A call that
+        times out leaves the struct with the shim: it becomes that batch's orphan (a
+        :class:`Packed` over it, kept until the batch completes, with ``hold`` besides),
+        the thread takes a fresh one, and this raises MooncakeTimeoutError as
+        :meth:`run_packed` does.  A private batch per call cost 4-5 us more at 16 keys."""
         native = self.native
         state = self.state()
-        rb = state.batch
+        rb = state.timed
         if native.orphans or rb.busy:
             return None
         rb.busy = True
@@ -313,10 +313,11 @@ class Runner:
             idp = state.idp
             rc: int = _run(native.checked(), idp, rb.batch)
             if rc == MCS_E_TIMEOUT:
+                batch_id = int(idp[0])  # before anything can run a nested call
                 timed_out = True
-                state.batch = ReusedBatch()  # this one stays the shim's until it completes
+                state.timed = ReusedBatch()  # this one stays the shim's until it completes
                 packed = Packed.over(rb.batch, rb.results, keys, [rb, keep, hold])
-                raise self._timed_out(packed, int(idp[0]), "", pending_write)
+                raise self._timed_out(packed, batch_id, "", pending_write)
             del keep
             return rc, (results_list(rb.results, len(keys)) if rc == 0 else [])
         finally:

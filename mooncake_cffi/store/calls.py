@@ -5,7 +5,7 @@ answered as Mooncake's own binding answers, never with an exception where it ret
 Each data call takes the calling thread's reused memory and makes one shim call
 (``mcs_client_run_one`` for one key, ``mcs_client_run_keys`` for keys only, ``mcs_client_run``
 for the rest).  With a deadline (``op_timeout``) the calls at addresses and the bytes batch
-writes fill the same reused batch (``Runner.run_until``: a timed-out one is left to the
+writes fill a reused batch of their own (``Runner.run_until``: a timed-out one is left to the
 shim and the thread takes another); the others take a private batch through
 :class:`~_core.blocking.BlockingCalls`, which keeps what a timed-out call left with the shim.
 Status codes of the shim become Mooncake's (:func:`code_of`).  A batch the shim refuses as a
@@ -311,9 +311,11 @@ class StoreCalls:
     ) -> tuple[int, list[int]] | None:
         """A call at addresses with the client's deadline: see :meth:`_until`."""
         try:
-            payload = sum(sizes)
-        except TypeError:
+            payload, least = sum(sizes), min(sizes)
+        except (TypeError, ValueError):
             return None  # the private batch names the bad size
+        if least < 0:
+            return None  # as above
         return self._until(
             lambda rb: rb.fill_addresses(op, keys, flags, addrs, sizes), keys, payload, hold
         )
