@@ -102,6 +102,20 @@ def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.monotonic() - start
 
 
+def _fails_at_deadline(local, call: Callable[[], Any], then: Callable[[], None]) -> None:
+    """With the storage node frozen, ``call`` fails at its deadline, as a stack sees it;
+    then ``then()`` (the stack reusing its memory) runs before the node is thawed."""
+    pid = local.pids["storage"]
+    freeze(pid)
+    try:
+        got, took = _timed(call)
+        assert took < CALL_S, took
+        assert all(r < 0 for r in got), got
+        then()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_a_load_that_outlives_its_call_never_lands_in_the_callers_buffers(local, store):
     keys = [f"late-load-{i}-{uuid.uuid4().hex[:8]}" for i in range(KEYS)]
     blocks = Blocks(store)
@@ -114,17 +128,11 @@ def test_a_load_that_outlives_its_call_never_lands_in_the_callers_buffers(local,
             == [2 * PART] * KEYS
         )
         assert blocks.bytes() == b"\x5a" * len(blocks.raw)
-        pid = local.pids["storage"]
-        freeze(pid)
-        try:
-            got, took = _timed(
-                lambda: store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
-            )
-            assert took < CALL_S, took
-            assert all(r < 0 for r in got), got  # failed at its deadline, as a stack sees it
-            blocks.fill(0xC3)  # the stack reuses its blocks for another request
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        _fails_at_deadline(
+            local,
+            lambda: store.batch_get_into_multi_buffers(keys, blocks.ptrs(), blocks.sizes()),
+            lambda: blocks.fill(0xC3),  # the stack reuses its blocks for another request
+        )
         wait_until("the shim finishing the late load", _shim_done(store), DONE_S)
         assert blocks.bytes() == b"\xc3" * len(blocks.raw), "a late load wrote the caller's memory"
         # and the node serves the keys again, into the same buffers
@@ -146,17 +154,11 @@ def test_a_save_that_outlives_its_call_never_stores_what_the_caller_wrote_after(
     blocks = Blocks(store)
     try:
         blocks.fill(0x5A)
-        pid = local.pids["storage"]
-        freeze(pid)
-        try:
-            got, took = _timed(
-                lambda: store.batch_put_from_multi_buffers(keys, blocks.ptrs(), blocks.sizes())
-            )
-            assert took < CALL_S, took
-            assert all(r < 0 for r in got), got
-            blocks.fill(0xC3)  # the stack's blocks now hold another request's KV
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        _fails_at_deadline(
+            local,
+            lambda: store.batch_put_from_multi_buffers(keys, blocks.ptrs(), blocks.sizes()),
+            lambda: blocks.fill(0xC3),  # the stack's blocks now hold another request's KV
+        )
         wait_until("the shim finishing the late save", _shim_done(store), DONE_S)
         # Each key is absent (the write was given up) or holds exactly what the caller
         # handed over before the call returned; never the bytes written after.
@@ -180,6 +182,15 @@ def _whole(blocks: Blocks, region: int = 0) -> tuple[list[int], list[int]]:
     return [base + i * WHOLE for i in range(n)], [WHOLE] * n
 
 
+def _whole_keys(blocks: Blocks, name: str, one: bool) -> tuple[list[str], list[int], list[int]]:
+    """Fresh keys named ``name``, one per buffer of the first half (just one if ``one``),
+    with those buffers and their sizes."""
+    ptrs, sizes = _whole(blocks)
+    keys = [f"{name}-{i}-{uuid.uuid4().hex[:8]}" for i in range(len(ptrs))]
+    n = 1 if one else len(keys)
+    return keys[:n], ptrs[:n], sizes[:n]
+
+
 def _load(store: MooncakeDistributedStore, kind: str, keys: list[str], ptrs, sizes) -> list[int]:
     if kind == "get_into":
         return [store.get_into(keys[0], ptrs[0], sizes[0])]
@@ -201,26 +212,19 @@ def _save(store: MooncakeDistributedStore, kind: str, keys: list[str], ptrs, siz
 def test_a_timed_out_load_leaves_its_batch_and_the_next_call_reads_right(local, store, kind):
     blocks = Blocks(store)
     try:
-        ptrs, sizes = _whole(blocks)
-        keys = [f"late-whole-{i}-{uuid.uuid4().hex[:8]}" for i in range(len(ptrs))]
-        if kind == "get_into":
-            keys, ptrs, sizes = keys[:1], ptrs[:1], sizes[:1]
+        keys, ptrs, sizes = _whole_keys(blocks, "late-whole", kind == "get_into")
         blocks.fill(0x5A)
         assert store.batch_put_from(keys, ptrs, sizes) == [0] * len(keys)
         runner = store._x.calls.runner
         before = runner.state().timed
-        pid = local.pids["storage"]
-        freeze(pid)
-        try:
-            got, took = _timed(lambda: _load(store, kind, keys, ptrs, sizes))
-            assert took < CALL_S, took
-            assert all(r < 0 for r in got), got
+
+        def then() -> None:
             # the shim keeps the timed-out struct (it writes the results there when the
             # transfer ends): the thread's next call must not fill it
             assert runner.state().timed is not before
             blocks.fill(0xC3)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+
+        _fails_at_deadline(local, lambda: _load(store, kind, keys, ptrs, sizes), then)
         wait_until("the shim finishing the late load", _shim_done(store), DONE_S)
         assert blocks.bytes() == b"\xc3" * len(blocks.raw), "a late load wrote the caller's memory"
         # The same thread's next calls, into the other half: the keys' bytes, and only there.
@@ -243,20 +247,11 @@ def test_a_timed_out_load_leaves_its_batch_and_the_next_call_reads_right(local, 
 def test_a_timed_out_save_leaves_its_batch_and_the_next_call_stores_right(local, store, kind):
     blocks = Blocks(store)
     try:
-        ptrs, sizes = _whole(blocks)
-        keys = [f"late-wsave-{i}-{uuid.uuid4().hex[:8]}" for i in range(len(ptrs))]
-        if kind == "put_from":
-            keys, ptrs, sizes = keys[:1], ptrs[:1], sizes[:1]
+        keys, ptrs, sizes = _whole_keys(blocks, "late-wsave", kind == "put_from")
         blocks.fill(0x5A)
-        pid = local.pids["storage"]
-        freeze(pid)
-        try:
-            got, took = _timed(lambda: _save(store, kind, keys, ptrs, sizes))
-            assert took < CALL_S, took
-            assert all(r < 0 for r in got), got
-            blocks.fill(0xC3)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        _fails_at_deadline(
+            local, lambda: _save(store, kind, keys, ptrs, sizes), lambda: blocks.fill(0xC3)
+        )
         wait_until("the shim finishing the late save", _shim_done(store), DONE_S)
         for key in keys:
             value = store.get(key)

@@ -170,7 +170,6 @@ class StoreCalls:
             if buf is _NULL:
                 packed = Packed(op, [kb], flags=flags)
             else:
-                addr = int(ffi.cast("uintptr_t", buf))
                 packed = Packed(op, [kb], [addr], [size], flags=flags, addresses=True)
                 packed.hold(buf)
             self.calls.run_packed(packed, self._limit(packed), "")
@@ -310,6 +309,8 @@ class StoreCalls:
         hold: Any = None,
     ) -> tuple[int, list[int]] | None:
         """A call at addresses with the client's deadline: see :meth:`_until`."""
+        if self.calls.op_timeout is None:
+            return None  # no deadline: the reused batch was busy
         try:
             payload, least = sum(sizes), min(sizes)
         except (TypeError, ValueError):
@@ -323,13 +324,11 @@ class StoreCalls:
     def _until(
         self, fill: Callable[[Any], Any], keys: list[Any], payload: int, hold: Any = None
     ) -> tuple[int, list[int]] | None:
-        """A call with the client's deadline (and :attr:`per_mib` for its ``payload``
-        bytes) through the thread's reused batch, filled by ``fill``: (the shim's status,
-        per-key results; a timeout's status is MCS_E_TIMEOUT), or None when it must take a
-        private batch."""
+        """A call with the client's deadline (the caller has checked there is one; plus
+        :attr:`per_mib` for its ``payload`` bytes) through the thread's reused batch,
+        filled by ``fill``: (the shim's status, per-key results; a timeout's status is
+        MCS_E_TIMEOUT), or None when it must take a private batch."""
         calls = self.calls
-        if calls.op_timeout is None:
-            return None  # no deadline: the reused batch was busy
         limit = calls.deadline_ms(self._limit_for(payload))
         try:
             return self.runner.run_until(fill, keys, limit, calls.pending_write, hold)
