@@ -5,6 +5,7 @@ and a closed client must refuse them alike."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -107,6 +108,65 @@ def test_drop_in_batches_answer_alike_through_both_ways(cluster: LocalCluster) -
     finally:
         s.close()
     assert s.batch_is_exist(keys) == [] or min(s.batch_is_exist(keys)) < 0
+
+
+def test_drop_in_lookup_is_whole_in_c_and_hands_on_what_it_cannot_answer(
+    cluster: LocalCluster,
+) -> None:
+    """The drop-in's batch_is_exist is one C function (``Runner.lookups``) while the breaker
+    is closed and every node is known up. Each condition it reads, withdrawn in turn, must
+    send the lookup the Python way: a check of the hits, the breaker's answer, or the
+    general call, with the same answers."""
+    s = MooncakeDistributedStore()
+    assert s.setup(*setup_args(cluster)) == 0
+    try:
+        x = s._x
+        assert type(x.exists).__name__ == "Lookups"
+        keys = [_key(f"whole-{i}") for i in range(6)]
+        assert s.put_batch(keys[:3], [b"q" * 64] * 3) == 0
+        want = [1, 1, 1, 0, 0, 0]
+        live, health, breaker = x.live, x.live.health, x.breaker
+        assert s.batch_is_exist(keys) == want  # warms: the first lookup is checked
+        deadline = time.monotonic() + 10
+        while not live.trusted() and time.monotonic() < deadline:
+            time.sleep(0.02)  # every node known up (the probe's first answers)
+        live.discover_at = time.monotonic() + 60  # no discovery check due meanwhile
+        checks = live.checks
+        assert s.batch_is_exist(keys) == want and live.checks == checks  # trusted: C alone
+        # The next discovery check is due: the hits are checked.
+        live.discover_at = 0.0
+        assert s.batch_is_exist(keys) == want and live.checks == checks + 1
+        # A node not known up: the monitor's clock withdrawn (until its next probe answers,
+        # which may come first: then again, a bounded number of times).
+        assert live.discover_at > time.monotonic()
+        for _ in range(50):
+            health.up_until = 0.0
+            assert s.batch_is_exist(keys) == want
+            if live.checks > checks + 1:
+                break
+        assert live.checks == checks + 2
+        # A timed-out batch waiting to be reaped: the general way, same answers.
+        native = x.calls.native
+        native.orphans[-1] = None
+        try:
+            assert s.batch_is_exist(keys) == want
+        finally:
+            del native.orphans[-1]
+        # A batch the shim refuses whole is answered key by key, as the general way does.
+        assert s.batch_is_exist([keys[0], ""]) == s.batch_is_exist([keys[0].encode(), b""])
+        # The breaker open: its code for every key, at once, counted as refused.
+        breaker.open, refused = True, breaker.refused
+        try:
+            assert s.batch_is_exist(keys) == [breaker.code] * 6
+            assert breaker.refused == refused + 1
+        finally:
+            breaker.open = False
+        assert s.batch_is_exist(keys[:1]) == [1] and s.batch_is_exist([]) == []
+        with pytest.raises(TypeError):
+            x.exists(keys, keys)
+    finally:
+        s.close()
+    assert s.batch_is_exist(keys) == [-600] * 6
 
 
 def test_client_key_batches_answer_alike_through_both_ways(

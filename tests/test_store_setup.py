@@ -277,6 +277,7 @@ def test_a_store_dropped_without_close_unmounts_its_segment_at_once(
         )
         key = tag("dropped")
         assert store.put(key, b"v" * 5000) == 0 and store.get(key) == b"v" * 5000
+        assert store.batch_is_exist([key, key + "-not"]) == [1, 0]  # the drop-in's C lookup
         assert len(admin.segment_names()) == len(alone) + 1
 
     cfg = local.client_config(global_segment_size="16 MB")

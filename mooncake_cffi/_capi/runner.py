@@ -41,11 +41,13 @@ __all__ = ["Runner"]
 
 _fast_run_one: Callable[[int, int, int, object], int | tuple[int] | None] | None
 _fast_run_keys: Callable[[int, int, int, object], list[int] | tuple[int] | None] | None
+_Lookups: Any
 try:
+    from ._fastcall import Lookups as _Lookups
     from ._fastcall import run_keys as _fast_run_keys
     from ._fastcall import run_one as _fast_run_one
 except ImportError:  # a build without it (the calls below then go through cffi)
-    _fast_run_one = _fast_run_keys = None
+    _fast_run_one = _fast_run_keys = _Lookups = None
 
 #: Whether the calls on keys alone (one key without a buffer, or a list of keys) go through
 #: the build's C functions (``_fastcall``) rather than cffi.
@@ -139,6 +141,32 @@ class Runner:
         if _fast_run_keys is None or deadline or native.orphans:
             return None
         return _fast_run_keys(native.address, op, flags, keys)
+
+    def lookups(
+        self,
+        breaker: Any,
+        live: Any,
+        health: Any,
+        rest: Callable[[list[Any], list[int] | tuple[int] | None, float], list[int]],
+    ) -> Callable[[list[Any]], list[int]] | None:
+        """A batch lookup (EXISTS) made whole in one C function (``_fastcall.Lookups``), for
+        the drop-in's fail-open layer; None in a build without it.
+
+        Called with a list of keys, it runs them through ``mcs_client_run_keys`` while this
+        client is open with no timed-out batch waiting, ``breaker.open`` is false, and it
+        answers their list when every result is >= 0 and the clock (``time.monotonic``) is
+        still before ``live.discover_at`` and ``health.up_until``. Every other case goes to
+        ``rest(keys, raw, started)``: ``raw`` None when nothing ran, ``(the shim's
+        status,)`` when it refused, or the results to check; ``started`` the clock before
+        the call. Right after a round trip, the Python that checks those two conditions
+        costs as much as the rest of the drop-in's layers together (measured: 20-25 us of
+        a 16-key lookup after a 10 ms gap)."""
+        if _Lookups is None:
+            return None
+        lookup: Callable[[list[Any]], list[int]] = _Lookups(
+            self.native, breaker, live, health, rest
+        )
+        return lookup
 
     def one(
         self, rb: ReusedBatch, op: int, kb: bytes, flags: int, buf: Any, size: int

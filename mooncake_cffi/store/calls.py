@@ -29,7 +29,7 @@ from .._capi.runner import Runner
 from .._capi.shm import shm_alloc, shm_free
 from .._core.types import DEFAULT
 from ..errors import MooncakeError
-from ..status import FLAG_LAND, NO_AVAILABLE_HANDLE, OP_GET, OP_PUT, OP_UPSERT
+from ..status import FLAG_LAND, NO_AVAILABLE_HANDLE, OP_EXISTS, OP_GET, OP_PUT, OP_UPSERT
 from . import repair
 from .buffer_handles import handles
 from .repair import Failed, code_of
@@ -227,6 +227,10 @@ class StoreCalls:
 
     # ------------------------------------------------------------ keys only
 
+    def exists(self, keys: list[Any]) -> list[int]:
+        """``batch_is_exist``: 1 / 0 / a negative code per key."""
+        return self.keys(OP_EXISTS, keys)
+
     def keys(self, op: int, keys: list[Any], flags: int = 0) -> list[int]:
         """A batch of keys only (EXISTS, REMOVE): per-key results as Mooncake gives them."""
         n = len(keys)
@@ -238,22 +242,25 @@ class StoreCalls:
         if isinstance(r, list):
             return r
         if r is not None:
-            return self._keys_refused(r[0], op, keys, flags)
+            return self.keys_refused(r[0], op, keys, flags)
         rb = self.runner.reused(self.keys_deadline)
         if rb is None:
             return self._keys_private(op, keys, flags)
         rc, results = self.runner.keys(rb, op, pack_keys(keys), n, flags)
         if rc == 0:
             return results
-        return self._keys_refused(rc, op, keys, flags)
+        return self.keys_refused(rc, op, keys, flags)
 
     def _keys_private(self, op: int, keys: list[Any], flags: int) -> list[int]:
         try:
             return self._private(lambda: Packed(op, keys, flags=flags))
         except Failed as f:
-            return self._keys_refused(f.rc, op, keys, flags)
+            return self.keys_refused(f.rc, op, keys, flags)
 
-    def _keys_refused(self, rc: int, op: int, keys: list[Any], flags: int) -> list[int]:
+    def keys_refused(self, rc: int, op: int, keys: list[Any], flags: int) -> list[int]:
+        """The answers to a batch of keys only the shim refused with ``rc`` (run again
+        privately where that can help, see :func:`~.repair.batch_refused`)."""
+
         def run(idx: list[int], keys: Sequence[Any]) -> list[int]:
             return self._private(lambda: Packed(op, [keys[i] for i in idx], flags=flags))
 

@@ -222,7 +222,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
 
     def batch_is_exist(self, keys: list[str]) -> list[int]:
         """1 / 0 / a negative code per key."""
-        return self._x.keys(OP_EXISTS, keys if type(keys) is list else _keys(keys))
+        return self._x.exists(keys if type(keys) is list else _keys(keys))
 
     def get_size(self, key: str, /) -> int:
         """The size of ``key``'s value in bytes, or a negative code (-704 missing)."""

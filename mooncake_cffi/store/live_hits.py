@@ -95,8 +95,9 @@ class LiveHits:
         #: The storage nodes' states (its probe reads go through :meth:`_read_byte`).
         self._reader = weakref.WeakMethod(self._read_byte)
         self.health = NodeHealth.shared(_cluster_of(calls), self._reader)
-        #: When the next lookup is checked even with every node up (monotonic).
-        self._discover_at = 0.0
+        #: When the next lookup is checked even with every node up (monotonic; the C
+        #: lookup of :meth:`~.._capi.runner.Runner.lookups` reads it too).
+        self.discover_at = 0.0
         #: Hits answered 0 because a node holding them did not answer, and checks made.
         self.withheld = 0
         self.checks = 0
@@ -104,7 +105,7 @@ class LiveHits:
     def trusted(self) -> bool:
         """Whether a lookup now needs no check: every storage node known is up
         (:class:`~.node_health.NodeHealth`), and no discovery check is due."""
-        return _monotonic() < self._discover_at and self.health.healthy()
+        return _monotonic() < self.discover_at and self.health.healthy()
 
     def confirm(self, keys: Sequence[Any], results: list[int]) -> list[int]:
         """``results`` (the master's answers for ``keys``) with each 1 whose nodes did not
@@ -114,7 +115,7 @@ class LiveHits:
             return results
         packed = [key_bytes(keys[i]) for i in hits]
         verdict = self._run(packed, keys[hits[0]])
-        self._discover_at = _monotonic() + DISCOVER_EVERY
+        self.discover_at = _monotonic() + DISCOVER_EVERY
         if verdict is None:
             return results
         out = list(results)

@@ -105,7 +105,8 @@ class NodeHealth:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         #: Every known node is up until this monotonic time (0.0 while one is down or none
-        #: is known): kept with the states, so that a lookup's question is one comparison.
+        #: is known): kept with the states, so that a lookup's question is one comparison
+        #: (the drop-in's C lookup, :meth:`~.._capi.runner.Runner.lookups`, reads it too).
         self.up_until = 0.0
         #: Probe reads sent, and the states' changes, for the benchmarks and the operator.
         self.probes = 0

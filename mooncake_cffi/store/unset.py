@@ -53,6 +53,9 @@ class Unset:
     def keys(self, op: int, keys: list[Any], flags: int = 0) -> list[int]:
         return [INVALID_PARAMS] * len(keys)
 
+    def exists(self, keys: list[Any]) -> list[int]:
+        return [INVALID_PARAMS] * len(keys)
+
     def addresses(
         self, op: int, keys: list[Any], addrs: Sequence[int], sizes: Sequence[int], config: Any
     ) -> list[int]:
