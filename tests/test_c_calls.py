@@ -113,7 +113,7 @@ def test_drop_in_batches_answer_alike_through_both_ways(cluster: LocalCluster) -
 def test_drop_in_lookup_is_whole_in_c_and_hands_on_what_it_cannot_answer(
     cluster: LocalCluster,
 ) -> None:
-    """The drop-in's batch_is_exist is one C function (``Runner.lookups``) while the breaker
+    """The drop-in's lookups are one C function (``Runner.lookups``) while the breaker
     is closed and every node is known up. Each condition it reads, withdrawn in turn, must
     send the lookup the Python way: a check of the hits, the breaker's answer, or the
     general call, with the same answers."""
@@ -162,11 +162,30 @@ def test_drop_in_lookup_is_whole_in_c_and_hands_on_what_it_cannot_answer(
         finally:
             breaker.open = False
         assert s.batch_is_exist(keys[:1]) == [1] and s.batch_is_exist([]) == []
+        # is_exist takes the same C function, and the same ways out of it.
+        assert type(x.exists_one).__name__ == "Lookups"
+        deadline = time.monotonic() + 10
+        while not health.healthy() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the monitor's clock back, at its next probe answer
+        live.discover_at = time.monotonic() + 60
+        checks = live.checks
+        assert (s.is_exist(keys[0]), s.is_exist(keys[4])) == (1, 0) and live.checks == checks
+        live.discover_at = 0.0
+        assert s.is_exist(keys[4]) == 0 and live.checks == checks  # a miss needs no check
+        assert s.is_exist(keys[0]) == 1 and live.checks == checks + 1
+        breaker.open = True
+        try:
+            assert s.is_exist(keys[0]) == breaker.code
+        finally:
+            breaker.open = False
+        assert s.is_exist("") == s.is_exist(b"") and s.is_exist("bad\0key") == s.is_exist(
+            b"bad\0key"
+        )
         with pytest.raises(TypeError):
             x.exists(keys, keys)
     finally:
         s.close()
-    assert s.batch_is_exist(keys) == [-600] * 6
+    assert s.batch_is_exist(keys) == [-600] * 6 and s.is_exist(keys[0]) == -600
 
 
 def test_client_key_batches_answer_alike_through_both_ways(

@@ -15,6 +15,8 @@ class Lookups:
         breaker: object,
         live: object,
         health: object,
-        rest: Callable[[list[Any], list[int] | tuple[int] | None, float], list[int]],
+        rest: Callable[[Any, list[int] | tuple[int] | int | None, float], Any],
+        *,
+        one: bool = False,
     ) -> None: ...
-    def __call__(self, keys: object, /) -> list[int]: ...
+    def __call__(self, keys: object, /) -> Any: ...

@@ -161,22 +161,23 @@ static PyObject *run_keys(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 /* ---- Lookups: the drop-in's batch_is_exist, whole --------------------------
  *
- * Lookups(native, breaker, live, health, rest) is called with a list of keys.
- * While the breaker is closed and every storage node is known up it is the
- * lookup whole: one master round trip, the list of 1 / 0 answers.  What it
- * reads, by name:
+ * Lookups(native, breaker, live, health, rest) is called with a list of keys
+ * (batch_is_exist); Lookups(..., one=True) with one str key (is_exist).  While the breaker is
+ * closed and every storage node is known up it is the lookup whole: one master round trip, the list
+ * of 1 / 0 answers or the one answer.  What it reads, by name:
  *
  *   before the call  native.address (0: closed), native.orphans (a dict: while
  *                    timed-out batches wait to be reaped, the general way
  *                    runs), breaker.open (falsy);
- *   after it         every result >= 0, and the clock (CLOCK_MONOTONIC, as
- *                    time.monotonic) before both live.discover_at and
- *                    health.up_until (LiveHits.trusted, the same test).
+ *   after it         every result >= 0, and (for a list, or one key's 1) the
+ *                    clock (CLOCK_MONOTONIC, as time.monotonic) before both
+ *                    live.discover_at and health.up_until (LiveHits.trusted,
+ *                    the same test).
  *
  * Anything else goes to rest(keys, raw, started), which answers: raw is None
- * when nothing ran (the general way: not a list of at least two encodable
- * str, closed, orphans, breaker open), (status,) when the shim refused the
- * call, or the list of results to be checked; started is the clock before the
+ * when nothing ran (the general way: not one encodable str nor a list of at
+ * least two, closed, orphans, breaker open), (status,) when the shim refused
+ * the call, or the result(s) to be checked; started is the clock before the
  * call.  The object holds what it reads and nothing of the store, so a store
  * dropped without close() still goes at once (no cycle through here). */
 
@@ -186,6 +187,7 @@ typedef struct {
     PyObject *live;
     PyObject *health;
     PyObject *rest;
+    int one; /* is_exist's: one str key */
     vectorcallfunc vectorcall;
 } Lookups;
 
@@ -237,15 +239,58 @@ static PyObject *lookups_rest(Lookups *self, PyObject *keys, PyObject *raw, doub
     return out;
 }
 
+/* Whether a lookup that answered now may stand without a check: 1, 0, or -1
+ * with the Python error set (LiveHits.trusted's test). */
+static int trusted(Lookups *self) {
+    double now = monotonic_now();
+    int clear = before(self->live, s_discover_at, now);
+    return clear > 0 ? before(self->health, s_up_until, now) : clear;
+}
+
+/* One str key (is_exist) through mcs_client_run_one: its result as an int
+ * when it may stand, or rest's answer. */
+static PyObject *lookup_one(Lookups *self, PyObject *key) {
+    void *handle = NULL;
+    int ready = lookups_ready(self, &handle);
+    if (ready < 0) return NULL;
+    Py_ssize_t len = 0;
+    const char *k = ready ? PyUnicode_AsUTF8AndSize(key, &len) : NULL;
+    if (k == NULL) {
+        PyErr_Clear(); /* not ready, or not encodable (a lone surrogate) */
+        return lookups_rest(self, key, Py_None, 0.0);
+    }
+    int64_t result = 0;
+    double started = monotonic_now();
+    PyThreadState *ts = PyEval_SaveThread();
+    int rc = mcs_client_run_one((mcs_client *)handle, &result, MCS_OP_EXISTS, 0, k, (uint64_t)len,
+                                NULL, 0);
+    PyEval_RestoreThread(ts);
+    PyObject *raw = rc ? Py_BuildValue("(i)", rc) : PyLong_FromLongLong(result);
+    if (raw == NULL) return NULL;
+    int clear = rc == 0 && result >= 0;
+    if (clear && result == 1 && (clear = trusted(self)) < 0) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    if (clear) return raw;
+    PyObject *out = lookups_rest(self, key, raw, started);
+    Py_DECREF(raw);
+    return out;
+}
+
 static PyObject *lookups_call(PyObject *op, PyObject *const *args, size_t nargsf,
                               PyObject *kwnames) {
     Lookups *self = (Lookups *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "Lookups takes one argument, the list of keys");
+        PyErr_SetString(PyExc_TypeError, "Lookups takes one argument, a key or a list of keys");
         return NULL;
     }
     PyObject *keys = args[0];
+    if (self->one) {
+        if (PyUnicode_CheckExact(keys)) return lookup_one(self, keys);
+        return lookups_rest(self, keys, Py_None, 0.0);
+    }
     void *handle = NULL;
     int ready = 0;
     if (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) >= 2) {
@@ -279,14 +324,9 @@ static PyObject *lookups_call(PyObject *op, PyObject *const *args, size_t nargsf
     raw = results_list(results, n);
     PyMem_Free(results);
     if (raw == NULL) return NULL;
-    if (clear) {
-        double now = monotonic_now();
-        clear = before(self->live, s_discover_at, now);
-        if (clear > 0) clear = before(self->health, s_up_until, now);
-        if (clear < 0) {
-            Py_DECREF(raw);
-            return NULL;
-        }
+    if (clear && (clear = trusted(self)) < 0) {
+        Py_DECREF(raw);
+        return NULL;
     }
     if (clear) return raw;
     out = lookups_rest(self, keys, raw, started);
@@ -296,9 +336,10 @@ static PyObject *lookups_call(PyObject *op, PyObject *const *args, size_t nargsf
 
 static PyObject *lookups_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *native, *breaker, *live, *health, *rest;
-    static char *names[] = {"native", "breaker", "live", "health", "rest", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:Lookups", names, &native, &breaker, &live,
-                                     &health, &rest))
+    int one = 0;
+    static char *names[] = {"native", "breaker", "live", "health", "rest", "one", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|$p:Lookups", names, &native, &breaker,
+                                     &live, &health, &rest, &one))
         return NULL;
     if (!PyCallable_Check(rest)) {
         PyErr_SetString(PyExc_TypeError, "Lookups: rest must be callable");
@@ -311,6 +352,7 @@ static PyObject *lookups_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->live = Py_NewRef(live);
     self->health = Py_NewRef(health);
     self->rest = Py_NewRef(rest);
+    self->one = one;
     self->vectorcall = lookups_call;
     return (PyObject *)self;
 }
@@ -344,7 +386,8 @@ static PyTypeObject LookupsType = {
     .tp_basicsize = sizeof(Lookups),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc =
-        "Lookups(native, breaker, live, health, rest): the drop-in's batch_is_exist in "
+        "Lookups(native, breaker, live, health, rest): the drop-in's is_exist and batch_is_exist "
+        "in "
         "one C call while the breaker is closed and every storage node is known up; "
         "rest(keys, raw, started) answers otherwise (see fastcall.c).",
     .tp_new = lookups_new,

@@ -147,25 +147,26 @@ class Runner:
         breaker: Any,
         live: Any,
         health: Any,
-        rest: Callable[[list[Any], list[int] | tuple[int] | None, float], list[int]],
-    ) -> Callable[[list[Any]], list[int]] | None:
-        """A batch lookup (EXISTS) made whole in one C function (``_fastcall.Lookups``), for
-        the drop-in's fail-open layer; None in a build without it.
+        rest: Callable[[Any, list[int] | tuple[int] | int | None, float], Any],
+        one: bool = False,
+    ) -> Callable[[Any], Any] | None:
+        """A lookup (EXISTS) made whole in one C function (``_fastcall.Lookups``), for the
+        drop-in's fail-open layer; None in a build without it.
 
-        Called with a list of keys, it runs them through ``mcs_client_run_keys`` while this
-        client is open with no timed-out batch waiting, ``breaker.open`` is false, and it
-        answers their list when every result is >= 0 and the clock (``time.monotonic``) is
-        still before ``live.discover_at`` and ``health.up_until``. Every other case goes to
-        ``rest(keys, raw, started)``: ``raw`` None when nothing ran, ``(the shim's
-        status,)`` when it refused, or the results to check; ``started`` the clock before
-        the call. Right after a round trip, the Python that checks those two conditions
-        costs as much as the rest of the drop-in's layers together (measured: 20-25 us of
-        a 16-key lookup after a 10 ms gap)."""
+        Called with a list of keys (or, made with ``one``, one ``str`` key), it runs them
+        (``mcs_client_run_keys``, ``mcs_client_run_one``) while this client is open with no
+        timed-out batch waiting and ``breaker.open`` is false. It answers the keys' list, or
+        the key's result, when no result is negative and the clock (``time.monotonic``) is
+        still before ``live.discover_at`` and ``health.up_until`` (asked of a list, or of
+        one key's 1).
+        Every other case goes to ``rest(keys, raw, started)``: ``raw`` None when nothing
+        ran, ``(the shim's status,)`` when it refused, or the result(s) to check;
+        ``started`` the clock before the call. Right after a round trip, the Python that
+        checks those conditions costs as much as the rest of the drop-in's layers together
+        (measured: 20-25 us of a 16-key lookup after a 10 ms gap)."""
         if _Lookups is None:
             return None
-        lookup: Callable[[list[Any]], list[int]] = _Lookups(
-            self.native, breaker, live, health, rest
-        )
+        lookup: Callable[[Any], Any] = _Lookups(self.native, breaker, live, health, rest, one=one)
         return lookup
 
     def one(

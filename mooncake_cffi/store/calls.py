@@ -231,6 +231,10 @@ class StoreCalls:
         """``batch_is_exist``: 1 / 0 / a negative code per key."""
         return self.keys(OP_EXISTS, keys)
 
+    def exists_one(self, key: Any) -> int:
+        """``is_exist``: 1, 0 or a negative code."""
+        return self.one(OP_EXISTS, key)
+
     def keys(self, op: int, keys: list[Any], flags: int = 0) -> list[int]:
         """A batch of keys only (EXISTS, REMOVE): per-key results as Mooncake gives them."""
         n = len(keys)

@@ -28,7 +28,7 @@ from ..client import Client
 from ..errors import MooncakeError
 from ..replica import ObjectDataType, ReplicateConfig, SoftPinAction
 from ..sizes import parse_size
-from ..status import FLAG_FORCE, OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
+from ..status import FLAG_FORCE, OP_GET, OP_PUT, OP_REMOVE, OP_SIZE, OP_UPSERT
 from . import replicas, sessions, setup_args
 from . import tensors as tensor_calls
 from .buffer_handles import BufferHandle
@@ -218,7 +218,7 @@ class MooncakeDistributedStore(metaclass=_StoreType):
 
     def is_exist(self, key: str, /) -> int:
         """1 if ``key`` exists, 0 if not, or a negative code."""
-        return self._x.one(OP_EXISTS, key)
+        return self._x.exists_one(key)
 
     def batch_is_exist(self, keys: list[str]) -> list[int]:
         """1 / 0 / a negative code per key."""

@@ -51,6 +51,7 @@ from .._capi.binding import ffi
 from .._core.breaker import DEADLINE, DOWN, PROBE_EVERY, PROBE_KEY, TRIP_AFTER, Breaker, failed
 from ..status import OBJECT_NOT_FOUND, OP_EXISTS, OP_GET, TRANSFER_FAIL
 from .live_hits import LiveHits
+from .repair import one_refused
 
 _NULL = ffi.NULL
 _monotonic = time.monotonic
@@ -87,6 +88,24 @@ def _checked(
     return results
 
 
+def _checked_one(breaker: Breaker, live: LiveHits, key: Any, result: int, started: float) -> int:
+    """``is_exist``'s answer once it ran, as :func:`_checked`'s for one key."""
+    if result < 0 and result != OBJECT_NOT_FOUND:
+        breaker.observe(started, result)
+    elif result == 1 and not live.trusted():
+        return live.confirm_one(key)
+    return result
+
+
+def _lookup_one(calls: Any, breaker: Breaker, live: LiveHits, key: Any) -> int:
+    """``is_exist`` behind the breaker, in Python."""
+    if breaker.open:
+        breaker.refused += 1
+        return breaker.code
+    started = _monotonic()
+    return _checked_one(breaker, live, key, calls.one(OP_EXISTS, key), started)
+
+
 def _lookup(calls: Any, breaker: Breaker, live: LiveHits, keys: list[Any]) -> list[int]:
     """``batch_is_exist`` behind the breaker, in Python."""
     if breaker.open:
@@ -100,16 +119,33 @@ def _lookup_rest(
     calls: Any,
     breaker: Breaker,
     live: LiveHits,
-    keys: list[Any],
+    keys: Any,
     raw: list[int] | tuple[int] | None,
     started: float,
 ) -> list[int]:
-    """What the C lookup (:meth:`~.._capi.runner.Runner.lookups`) leaves: a lookup it did
-    not run (``raw`` None), one the shim refused (``(status,)``), or results to check."""
+    """What the C lookup (:meth:`~.._capi.runner.Runner.lookups`) leaves of a
+    ``batch_is_exist``: a lookup it did not run (``raw`` None), one the shim refused
+    (``(status,)``), or the results to check."""
     if raw is None:
         return _lookup(calls, breaker, live, keys)
-    results = raw if type(raw) is list else calls.keys_refused(raw[0], OP_EXISTS, keys, 0)
+    results = raw if isinstance(raw, list) else calls.keys_refused(raw[0], OP_EXISTS, keys, 0)
     return _checked(breaker, live, keys, results, started)
+
+
+def _lookup_one_rest(
+    calls: Any,
+    breaker: Breaker,
+    live: LiveHits,
+    key: Any,
+    raw: int | tuple[int] | None,
+    started: float,
+) -> int:
+    """As :func:`_lookup_rest`, of an ``is_exist``."""
+    if raw is None:
+        return _lookup_one(calls, breaker, live, key)
+    if isinstance(raw, tuple):
+        return one_refused(raw[0], OP_EXISTS, key.encode())
+    return _checked_one(breaker, live, key, raw, started)
 
 
 class FailOpen:
@@ -130,17 +166,22 @@ class FailOpen:
             breaker.trip(TRANSFER_FAIL, _read_probe(calls, key))
 
         live = self.live = LiveHits(calls, node_silent)
-        # batch_is_exist. While the breaker is closed and every node is known up, one C
-        # function makes the whole lookup (one master round trip, as Mooncake's class):
-        # right after the round trip, checking the breaker and the nodes in Python cost
-        # 20-25 us of a 16-key lookup. It and the Python way hold the calls, the breaker
-        # and the checks, never this object (no cycle: see node_silent).
-        fast = None
+        # is_exist and batch_is_exist. While the breaker is closed and every node is
+        # known up, one C function makes the whole lookup (one master round trip, as
+        # Mooncake's class): right after the round trip, checking the breaker and the
+        # nodes in Python cost 20-25 us of a 16-key lookup. It and the Python way hold
+        # the calls, the breaker and the checks, never this object (no cycle: see
+        # node_silent).
+        fast = fast_one = None
         if not calls.keys_deadline:
-            rest = partial(_lookup_rest, calls, breaker, live)
-            fast = calls.runner.lookups(breaker, live, live.health, rest)
+            lookups = partial(calls.runner.lookups, breaker, live, live.health)
+            fast = lookups(partial(_lookup_rest, calls, breaker, live))
+            fast_one = lookups(partial(_lookup_one_rest, calls, breaker, live), one=True)
         self.exists: Callable[[list[Any]], list[int]] = (
             fast if fast is not None else partial(_lookup, calls, breaker, live)
+        )
+        self.exists_one: Callable[[Any], int] = (
+            fast_one if fast_one is not None else partial(_lookup_one, calls, breaker, live)
         )
         self.staged = calls.staged
         self.copies = calls.copies
@@ -176,6 +217,8 @@ class FailOpen:
 
     def one(self, op: int, key: Any, flags: int = 0, buf: Any = _NULL, size: int = 0) -> Any:
         # The drop-in's most frequent call: written out, with no frame in between.
+        if op == OP_EXISTS:
+            return self.exists_one(key)
         breaker = self.breaker
         if breaker.open:
             breaker.refused += 1
@@ -184,8 +227,6 @@ class FailOpen:
         result = self._one(op, key, flags, buf, size)
         if result < 0 and result != OBJECT_NOT_FOUND:
             breaker.observe(started, result, self._read_probe(key) if op == OP_GET else None)
-        elif op == OP_EXISTS and result == 1 and not self.live.trusted():
-            return self.live.confirm_one(key)
         return result
 
     def get(self, key: Any) -> Any:

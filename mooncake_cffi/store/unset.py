@@ -56,6 +56,9 @@ class Unset:
     def exists(self, keys: list[Any]) -> list[int]:
         return [INVALID_PARAMS] * len(keys)
 
+    def exists_one(self, key: Any) -> int:
+        return INVALID_PARAMS
+
     def addresses(
         self, op: int, keys: list[Any], addrs: Sequence[int], sizes: Sequence[int], config: Any
     ) -> list[int]:
