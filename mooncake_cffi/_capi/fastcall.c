@@ -159,12 +159,13 @@ static PyObject *run_keys(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return out;
 }
 
-/* ---- Lookups: the drop-in's batch_is_exist, whole --------------------------
+/* ---- Lookups: the drop-in's lookups, whole --------------------------------
  *
  * Lookups(native, breaker, live, health, rest) is called with a list of keys
- * (batch_is_exist); Lookups(..., one=True) with one str key (is_exist).  While the breaker is
- * closed and every storage node is known up it is the lookup whole: one master round trip, the list
- * of 1 / 0 answers or the one answer.  What it reads, by name:
+ * (batch_is_exist); Lookups(..., one=True) with one str key (is_exist).
+ * While the breaker is closed and every storage node is known up it is the
+ * lookup whole: one master round trip, the list of 1 / 0 answers or the one
+ * answer.  What it reads, by name:
  *
  *   before the call  native.address (0: closed), native.orphans (a dict: while
  *                    timed-out batches wait to be reaped, the general way
@@ -182,7 +183,8 @@ static PyObject *run_keys(PyObject *self, PyObject *const *args, Py_ssize_t narg
  * dropped without close() still goes at once (no cycle through here). */
 
 typedef struct {
-    PyObject_HEAD PyObject *native;
+    PyObject ob_base; /* PyObject_HEAD */
+    PyObject *native;
     PyObject *breaker;
     PyObject *live;
     PyObject *health;
