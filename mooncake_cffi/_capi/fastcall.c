@@ -305,25 +305,16 @@ static PyObject *lookups_call(PyObject *op, PyObject *const *args, size_t nargsf
     if (results == NULL) return PyErr_NoMemory();
     double started = monotonic_now();
     int rc = keys_call(handle, MCS_OP_EXISTS, 0, keys, n, results);
-    PyObject *raw = NULL, *out = NULL;
-    if (rc == NOT_KEYS) {
-        PyMem_Free(results);
-        return lookups_rest(self, keys, Py_None, 0.0);
+    PyObject *raw = NULL; /* rest's, or the answer */
+    int clear = rc == 0;
+    if (rc == 0) {
+        for (Py_ssize_t i = 0; i < n && clear; i++) clear = results[i] >= 0;
+        raw = results_list(results, n);
+    } else if (rc == NOT_KEYS) {
+        raw = Py_NewRef(Py_None);
+    } else if (rc != PY_ERROR) {
+        raw = Py_BuildValue("(i)", rc);
     }
-    if (rc == PY_ERROR) {
-        PyMem_Free(results);
-        return NULL;
-    }
-    if (rc != 0) {
-        PyMem_Free(results);
-        if ((raw = Py_BuildValue("(i)", rc)) == NULL) return NULL;
-        out = lookups_rest(self, keys, raw, started);
-        Py_DECREF(raw);
-        return out;
-    }
-    int clear = 1;
-    for (Py_ssize_t i = 0; i < n && clear; i++) clear = results[i] >= 0;
-    raw = results_list(results, n);
     PyMem_Free(results);
     if (raw == NULL) return NULL;
     if (clear && (clear = trusted(self)) < 0) {
@@ -331,7 +322,7 @@ static PyObject *lookups_call(PyObject *op, PyObject *const *args, size_t nargsf
         return NULL;
     }
     if (clear) return raw;
-    out = lookups_rest(self, keys, raw, started);
+    PyObject *out = lookups_rest(self, keys, raw, started);
     Py_DECREF(raw);
     return out;
 }

@@ -143,9 +143,8 @@ def _lookup_one_rest(
     """As :func:`_lookup_rest`, of an ``is_exist``."""
     if raw is None:
         return _lookup_one(calls, breaker, live, key)
-    if isinstance(raw, tuple):
-        return one_refused(raw[0], OP_EXISTS, key.encode())
-    return _checked_one(breaker, live, key, raw, started)
+    result = one_refused(raw[0], OP_EXISTS, key.encode()) if isinstance(raw, tuple) else raw
+    return _checked_one(breaker, live, key, result, started)
 
 
 class FailOpen:
