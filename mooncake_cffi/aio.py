@@ -36,6 +36,7 @@ from .errors import ClosedError, MooncakeError, MooncakeTimeoutError, QueueFullE
 from .outcome import PendingWrite
 from .status import (
     FLAG_FORCE,
+    FLAG_LAND,
     FLAG_SKIP_EXISTING,
     MCS_E_CLOSED,
     MCS_E_TIMEOUT,
@@ -152,11 +153,15 @@ class AsyncClient:
             # nobody waits for
             withdrawn = self.client.batches.withdraw(batch_id)
             gone = f"{withdrawn} of its keys withdrawn unsent, " if withdrawn else ""
+            buffers = (
+                "its buffers are not written again"
+                if step.flags & FLAG_LAND
+                else "its buffers stay in use until it completes"
+            )
             raise MooncakeTimeoutError(
                 MCS_E_TIMEOUT,
                 f"{OPS[step.op]} of {len(step.keys)} key(s) did not finish within {limit} s "
-                f"(batch {batch_id}: {gone}what runs goes on; its buffers stay in use until "
-                "it completes)",
+                f"(batch {batch_id}: {gone}what runs goes on; {buffers})",
                 None,
                 batch_id,
                 self._pending_write(step, batch_id, fut),
@@ -256,14 +261,21 @@ class AsyncClient:
         sizes: Sequence[int] | None = None,
         force: bool = False,
         skip_existing: bool = False,
+        land: bool = False,
         replicate_config: ReplicateConfig | None = None,
         timeout: Timeout = DEFAULT,
     ) -> Completion:
-        """Submit a batch (as :meth:`Client.submit`) and await its :class:`Completion`."""
+        """Submit a batch (as :meth:`Client.submit`) and await its :class:`Completion`.
+        With ``land=True`` (get) a batch that times out never writes ``buffers`` after
+        the :class:`~mooncake_cffi.MooncakeTimeoutError`: they are yours again at once."""
         if op not in OP_CODES:
             raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
         code = OP_CODES[op]
-        flags = (FLAG_FORCE if force else 0) | (FLAG_SKIP_EXISTING if skip_existing else 0)
+        flags = (
+            (FLAG_FORCE if force else 0)
+            | (FLAG_SKIP_EXISTING if skip_existing else 0)
+            | (FLAG_LAND if land else 0)
+        )
         bufs = None if buffers is None else list(buffers)
         step = Step(code, list(keys), bufs, flags, replicate_config, _list(sizes))
         return await self._run(step, call_limit(timeout, self.client.op_timeout), code == OP_GET)

@@ -460,10 +460,13 @@ class Client:
         *,
         force: bool = False,
         skip_existing: bool = False,
+        land: bool = False,
         replicate_config: ReplicateConfig | None = None,
         user_data: Any = None,
     ) -> int:
-        """Queue a batch on its lane; its id, at once (see :meth:`Batches.submit`)."""
+        """Queue a batch on its lane; its id, at once (see :meth:`Batches.submit`).
+        ``land=True`` (get): your buffers are never written once :meth:`withdraw` of the
+        batch returns."""
         return self.batches.submit(
             op,
             keys,
@@ -471,6 +474,7 @@ class Client:
             sizes,
             force=force,
             skip_existing=skip_existing,
+            land=land,
             replicate_config=replicate_config,
             user_data=user_data,
         )
@@ -487,7 +491,8 @@ class Client:
         """Take back what of a submitted batch is still queued, when you stop waiting for
         it: that part is never sent and its keys answer MCS_E_TIMEOUT in the batch's one
         completion, which comes once its parts already running end.  The number of keys
-        withdrawn (0: none of it queued)."""
+        withdrawn (0: none of it queued).  A batch submitted with ``land=True`` writes
+        none of its buffers once this returns."""
         return self.batches.withdraw(batch_id)
 
     def fileno(self) -> int:

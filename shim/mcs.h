@@ -163,22 +163,25 @@ enum mcs_flags {
     MCS_FLAG_TAIL_PART = 4,     /* GET with part_counts: each key's last part
                                    receives the value's last bytes (see
                                    struct mcs_batch) */
-    MCS_FLAG_LAND = 8           /* GET through mcs_client_run() (or
-                                   mcs_client_run_one()): Mooncake reads into
-                                   memory of the shim's, and each key's bytes
-                                   are copied into bufs when its read ends
-                                   while the caller still waits.  A read that
-                                   outlives a timed-out call (Mooncake cannot
-                                   cancel a transfer) lands in that memory,
-                                   never in bufs, which the caller may reuse
-                                   as soon as the call returns.  A copy under
-                                   way at the deadline finishes first.  The
-                                   shim's memory is not registered: for
-                                   protocols that read only into registered
-                                   memory (rdma) read into bufs directly.
-                                   Refused (MCS_E_INVALID_ARG) for other ops,
-                                   by mcs_client_submit() and with
-                                   MCS_FLAG_TAIL_PART. */
+    MCS_FLAG_LAND = 8           /* GET: Mooncake reads into memory of the
+                                   shim's, and each key's bytes are copied
+                                   into bufs when its read ends while the
+                                   caller still waits: in mcs_client_run()
+                                   (or mcs_client_run_one()) until its
+                                   timeout_ms, for mcs_client_submit() until
+                                   mcs_client_withdraw() of the batch.  A read
+                                   that outlives a timed-out call or a
+                                   withdrawn batch (Mooncake cannot cancel a
+                                   transfer) lands in that memory, never in
+                                   bufs, which the caller may reuse as soon as
+                                   the call or the withdraw returns; a copy
+                                   under way then finishes first.  A withdrawn
+                                   batch's keys read but not copied answer
+                                   MCS_E_TIMEOUT.  The shim's memory is not
+                                   registered: for protocols that read only
+                                   into registered memory (rdma) read into
+                                   bufs directly.  Refused (MCS_E_INVALID_ARG)
+                                   for other ops and with MCS_FLAG_TAIL_PART. */
 };
 
 /* Per-key PUT result (positive, so not an error) for a key that already
@@ -858,8 +861,10 @@ MCS_API int mcs_client_wait(mcs_client *c, int timeout_ms);
  * completion is posted once its parts already running end (Mooncake cannot
  * stop a transfer it started).  Without it a lane goes on to run, later,
  * work nobody waits for (each blocking call's timeout_ms does this by
- * itself).  Returns the number of keys withdrawn, 0 when none of the batch
- * is queued (it runs, has ended, is a blocking call's, or is unknown). */
+ * itself).  A batch submitted with MCS_FLAG_LAND writes none of its bufs
+ * once this returns, whether or not any of it was queued.  Returns the
+ * number of keys withdrawn, 0 when none of the batch is queued (it runs, has
+ * ended, is a blocking call's, or is unknown). */
 MCS_API int mcs_client_withdraw(mcs_client *c, uint64_t id);
 
 /* Releases what Mooncake holds for the values of GET_BUFFER batch `id`

@@ -16,6 +16,7 @@ from process_helpers import freeze, thread_states
 import mooncake_cffi as mc
 from mooncake_cffi import Client, MooncakeTimeoutError, RetryPolicy, TransportError
 from mooncake_cffi.admin import AdminClient
+from mooncake_cffi.status import MCS_E_TIMEOUT
 
 
 def unique(prefix: str = "dl") -> str:
@@ -275,3 +276,57 @@ def test_async_reads_that_time_out_in_their_queue_are_withdrawn_unsent(frozen_cl
             assert [await ac.get(k) for k in keys] == [k.encode() * 64 for k in keys]
 
     asyncio.run(main())
+
+
+def test_a_withdrawn_landed_read_never_writes_its_buffer_and_an_unlanded_one_does(
+    frozen_cluster,
+):
+    """``submit(..., land=True)``: once ``withdraw`` returns, the read that goes on in
+    Mooncake (its storage node frozen, then thawed) lands in the shim's memory, never in
+    the caller's buffer, and its key answers MCS_E_TIMEOUT. The same read without
+    ``land`` (on a second client, beside it) writes the buffer after the caller stopped
+    waiting: the hazard it removes."""
+    local, pid = frozen_cluster
+    size = 4 << 20  # more than the kernel's socket buffers hold
+    config = local.client_config(per_op_workers={"retrieve": 1})
+    with Client(config) as landing, Client(config) as plain:
+        clients = (landing, plain)
+        keys = [unique("landed"), unique("unlanded")]
+        values = [os.urandom(size) for _ in keys]
+        landing.batch_put(keys, values)
+        only_on_the_storage_node(local, keys[0])
+        freeze(pid)
+        try:
+            bufs = [bytearray(size) for _ in keys]
+            batches = [
+                c.submit("get", [k], [b], land=c is landing) for c, k, b in zip(clients, keys, bufs)
+            ]
+            limit = time.monotonic() + 10
+            while not all(c.stats()["retrieve"]["running"] for c in clients):
+                assert time.monotonic() < limit, [c.stats()["retrieve"] for c in clients]
+                time.sleep(0.02)
+            # both inside Mooncake: nothing of them is queued to take back
+            assert [c.withdraw(b) for c, b in zip(clients, batches)] == [0, 0]
+            for b in bufs:
+                b[:] = b"\xab" * size  # the caller reuses its buffers at once
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        done = []
+        for c in clients:
+            limit = time.monotonic() + 60
+            while not (drained := c.drain()):
+                assert time.monotonic() < limit, "a read never ended"
+                c.wait(0.5)
+            done += drained
+        assert [d.id for d in done] == batches
+        assert done[0].results == [MCS_E_TIMEOUT], done[0]
+        assert bufs[0] == b"\xab" * size, "a withdrawn landed read wrote the caller's buffer"
+        assert done[1].results == [size], done[1]
+        assert bytes(bufs[1]) == values[1], "the unlanded read did not write late"
+        got = bytearray(size)  # the landed key reads whole once the node answers
+        landing.submit("get", [keys[0]], [got], land=True)
+        limit = time.monotonic() + 60
+        while not (drained := landing.drain()):
+            assert time.monotonic() < limit, "the landed read never ended"
+            landing.wait(0.5)
+        assert drained[0].results == [size] and bytes(got) == values[0]

@@ -136,15 +136,13 @@ def test_only_the_c_boundary_touches_lib() -> None:
 #: Tests that look at a private module on purpose: that a duplicate helper is gone from the
 #: binding, and unit tests of the local cluster's state directory and status reader, of a
 #: plan's deadline, of how concurrent setups share MC_RPC_TIMEOUT_MS (what each setup
-#: reads is not observable from outside the client), and of the landing pool and its
-#: two-thread copy (a bound and a split no call shows).
+#: reads is not observable from outside the client).
 PRIVATE_ON_PURPOSE = {
     "tests/test_status.py",
     "tests/test_structure.py",
     "tests/test_cluster.py",
     "tests/test_plans.py",
     "tests/test_rpc_wait_env.py",
-    "tests/test_landing.py",
 }
 
 

@@ -7,6 +7,5 @@
 * :mod:`.values` bytes values in and out, straight or through L1 staging;
 * :mod:`.keys` calls on keys alone (exists, size, remove, prefix lookups);
 * :mod:`.parts` what a client is made of, declared for the faces built on one;
-* :mod:`.landing` memory that the LMCache connector's failing-open loads read into first;
 * :mod:`.staging` and :mod:`.slots` the L1 staging area and its slot allocator.
 """

@@ -20,7 +20,7 @@ from .._capi.marshal import Packed, as_list
 from .._capi.native import NativeClient
 from .._capi.runner import Runner
 from ..outcome import KeyOutcome
-from ..status import FLAG_FORCE, FLAG_SKIP_EXISTING, OP_CODES, OP_GET, OPS
+from ..status import FLAG_FORCE, FLAG_LAND, FLAG_SKIP_EXISTING, OP_CODES, OP_GET, OPS
 from .plans import Step
 from .types import Key
 
@@ -51,6 +51,7 @@ class Batches:
         *,
         force: bool = False,
         skip_existing: bool = False,
+        land: bool = False,
         replicate_config: ReplicateConfig | None = None,
         user_data: Any = None,
     ) -> int:
@@ -62,6 +63,12 @@ class Batches:
         ``buffers``; ``put`` and ``upsert`` need readable ones; they (and the keys) are kept
         alive here until the completion is drained.  ``force`` (remove) ignores the read
         lease; ``skip_existing`` (put) looks keys up first and does not send present ones.
+        ``land`` (get) reads into memory of the shim's first and copies each key's bytes
+        into its buffer when its read ends, until you :meth:`withdraw` the batch: once
+        ``withdraw`` returns, the buffers are never written (a read that goes on in
+        Mooncake lands in the shim's memory), and keys read but not copied answer
+        MCS_E_TIMEOUT.  Without it, a withdrawn batch's running reads still write your
+        buffers when they end.  (Not for rdma, which reads only into registered memory.)
         ``user_data`` comes back in the completion.  Exactly one :class:`Completion` per
         batch becomes available through :meth:`drain`.  Refused batches (bad input, a full
         lane, a closed client) raise here and get no completion.
@@ -69,7 +76,11 @@ class Batches:
         code = OP_CODES.get(op) if isinstance(op, str) else None
         if code is None:
             raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
-        flags = (FLAG_FORCE if force else 0) | (FLAG_SKIP_EXISTING if skip_existing else 0)
+        flags = (
+            (FLAG_FORCE if force else 0)
+            | (FLAG_SKIP_EXISTING if skip_existing else 0)
+            | (FLAG_LAND if land else 0)
+        )
         step = Step(
             code,
             as_list(keys),
@@ -101,7 +112,8 @@ class Batches:
         batch's one completion, which comes once its parts already running end (Mooncake
         cannot stop a transfer it started).  Returns the number of keys withdrawn (0: none
         queued, the batch running or ended).  Without it, a lane goes on to run work
-        nobody waits for (a blocking call does this by itself at its deadline)."""
+        nobody waits for (a blocking call does this by itself at its deadline).  A batch
+        submitted with ``land`` writes none of its buffers once this returns."""
         return self.runner.withdraw(batch_id)
 
     def drain(self, max_items: int = 1024) -> list[Completion]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from .._core.breaker import Breaker
 from .._core.breaker import failed as has_failed
-from .._core.landing import LandingPool
 from ..client import Completion
 from ..status import INVALID_PARAMS, OBJECT_NOT_FOUND, SHIM_BASE
 from ..status import name as status_name
@@ -35,9 +34,8 @@ def none_found(kind: str, keys: Sequence[str]) -> list[bool] | None:
 class TaskBatch:
     """What the connector must remember about a submitted batch to translate its completion:
     and, with a retry policy, what to submit again (``todo``: the indices of the keys in
-    flight; ``results``: every key's latest outcome).  A load read through staging memory
-    (failing open) keeps LMCache's buffers in ``targets`` and may be ``abandoned`` at its
-    ``deadline``."""
+    flight; ``results``: every key's latest outcome).  A load that lands (failing open) may
+    be ``abandoned`` at its ``deadline``."""
 
     __slots__ = (
         "task_id",
@@ -49,10 +47,8 @@ class TaskBatch:
         "results",
         "delays",
         "start",
-        "targets",
         "deadline",
         "abandoned",
-        "staging",
     )
 
     def __init__(
@@ -72,21 +68,17 @@ class TaskBatch:
         self.results: list[int] = [0] * len(keys)
         self.delays: Iterator[float] | None = None
         self.start = time.monotonic()
-        self.targets: list[Any] | None = None
         self.deadline: float | None = None
         self.abandoned = False
-        self.staging: bytearray | None = None
 
 
 class Translation:
     """Completions into LMCache's tuples, with the connector's failure log, its breaker
-    (None: not failing open; it observes every failed batch) and its landing pool (the
-    memory of staged loads, given back once copied into LMCache's buffers)."""
+    (None: not failing open; it observes every failed batch)."""
 
-    def __init__(self, failures: FailureLog, breaker: Breaker | None, landing: LandingPool) -> None:
+    def __init__(self, failures: FailureLog, breaker: Breaker | None) -> None:
         self.failures = failures
         self.breaker = breaker
-        self.landing = landing
 
     def __call__(self, info: TaskBatch, c: Completion) -> DrainedCompletion:
         """LMCache's view of one of the client's completions (logs failures once)."""
@@ -120,12 +112,6 @@ class Translation:
     def _load(self, info: TaskBatch, results: list[int]) -> DrainedCompletion:
         sizes = info.sizes or []
         hits = [r == s for r, s in zip(results, sizes)]
-        if info.targets is not None and info.buffers is not None:
-            for hit, target, staged in zip(hits, info.targets, info.buffers):
-                if hit:
-                    memoryview(target).cast("B")[:] = staged
-            self.landing.give_back(info.staging)
-            info.staging = None
         if all(hits):
             return info.task_id, True, "", hits
         mismatched = [

@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._core.breaker import DEADLINE, PROBE_KEY, Breaker
-from .._core.landing import LandingPool
 from ..client import Client, Completion
 from ..errors import MooncakeError
 from ..replica import ReplicateConfig
@@ -130,8 +129,8 @@ class MooncakeConnector:
         if parsed.fail_open and parsed.client_options.get("op_timeout") is None:
             parsed.client_options["op_timeout"] = DEADLINE
         self._armed_at: float | None = None  # when the load-deadline timer rings
-        self._staging = LandingPool()
-        #: Failing open, how long a load may take before it fails (it goes on in staging).
+        #: Failing open, how long a load may take before it fails (it goes on in the
+        #: shim's memory: loads land, ``Client.submit(land=True)``).
         self._load_deadline: float | None = None
         if l1 is None and parsed.store.protocol == "rdma":
             raise ValueError(
@@ -149,7 +148,7 @@ class MooncakeConnector:
         if parsed.fail_open:
             client = self._client
             self._breaker = Breaker(lambda: int(client.exists(PROBE_KEY, timeout=DEADLINE + 1.0)))
-        self._translation = Translation(self._failures, self._breaker, self._staging)
+        self._translation = Translation(self._failures, self._breaker)
         try:
             self._local_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._epoll = select.epoll()
@@ -211,7 +210,6 @@ class MooncakeConnector:
                         logger.error("completion for unknown Mooncake batch %d", completion.id)
                         continue
                     if info.abandoned:  # answered at its deadline; Mooncake is done now
-                        self._staging.give_back(info.staging)
                         continue
                     if not self._retry_later(info, completion):
                         done.append(self._translation(info, completion))
@@ -296,35 +294,30 @@ class MooncakeConnector:
                 return self._post(
                     False, f"{name}: the store is not answering", none_found(kind, names)
                 )
-            targets = None
-            if kind == "load" and self._load_deadline is not None and bufs and sizes:
-                # Failing open, a load reads into memory of ours, copied into LMCache's
-                # buffers when it succeeds: one that outlives its deadline can then fail at
-                # once (LMCache recomputes and reuses its buffers) while Mooncake may still
-                # write, into memory the client keeps until Mooncake is done.
-                staging, staged = self._staging.views(sizes)
-                targets, bufs = bufs, list(staged)
+            # Failing open, a load lands: Mooncake reads into the shim's memory, copied
+            # into LMCache's buffers as each read ends until the load is withdrawn at its
+            # deadline. One that outlives it then fails at once (LMCache recomputes and
+            # reuses its buffers) while Mooncake may still write, into the shim's memory.
+            land = kind == "load" and self._load_deadline is not None
             try:
                 client_batch = self._client.submit(
-                    _OPS[kind], names, bufs, force=(kind == "delete")
+                    _OPS[kind], names, bufs, force=(kind == "delete"), land=land
                 )
             except Exception as exc:
                 name = getattr(exc, "name", None) or type(exc).__name__
                 return self._post_failure(kind, len(names), name, str(exc))
             task_id = self._take_id()
-            # LMCache keeps its buffers alive; staging memory is kept for the copy.
-            keep = bufs if self._retry is not None or targets is not None else None
+            # LMCache keeps its buffers alive; a retry needs them again.
+            keep = bufs if self._retry is not None else None
             info = TaskBatch(task_id, kind, names, sizes, keep)
-            if targets is not None and self._load_deadline is not None:
-                info.targets = targets
-                info.staging = staging
+            if land and self._load_deadline is not None:
                 info.deadline = info.start + self._load_deadline
                 self._arm(info.deadline)
             self._batches[client_batch] = info
             return task_id
 
     def _abandon_late(self, done: list[DrainedCompletion]) -> None:
-        """Fail the staged loads past their deadline (call with the lock held): LMCache
+        """Fail the landed loads past their deadline (call with the lock held): LMCache
         recomputes, the breaker opens, and their completions are dropped when they come."""
         now = time.monotonic()
         for client_batch, info in self._batches.items():
@@ -417,7 +410,11 @@ class MooncakeConnector:
             bufs = None if info.buffers is None else [info.buffers[i] for i in info.todo]
             try:
                 client_batch = self._client.submit(
-                    _OPS[info.kind], keys, bufs, force=info.kind == "delete"
+                    _OPS[info.kind],
+                    keys,
+                    bufs,
+                    force=info.kind == "delete",
+                    land=info.deadline is not None,
                 )
             except Exception as exc:  # the retry itself was refused: the batch ends here
                 code = getattr(exc, "code", MCS_E_INVALID_ARG)

@@ -583,15 +583,46 @@ void test_landed_gets_write_the_callers_memory_only_while_it_waits() {
     CHECK(t.res_a == 4);  // it did read, into the landing memory
     CHECK(std::memcmp(t.out_a, "yyyyyyyyyyyyyyyy", 16) == 0);
 
-    // Refused: not a get, a submitted batch, with the tail part.
+    // Refused: not a get, with the tail part.
     int64_t res = 0;
     uint64_t size16[1] = {16};
     void *bufs[1] = {t.out_a};
     CHECK(f.run(MCS_OP_PUT, t.ka, bufs, size16, &res, MCS_FLAG_LAND) == MCS_E_INVALID_ARG);
-    uint64_t sid = 0;
-    CHECK(f.submit(MCS_OP_GET, t.ka, bufs, size16, &res, &sid, MCS_FLAG_LAND) == MCS_E_INVALID_ARG);
     parted.flags = MCS_FLAG_LAND | MCS_FLAG_TAIL_PART;
     CHECK(f.run_batch(parted) == MCS_E_INVALID_ARG);
+}
+
+// MCS_FLAG_LAND on a submitted get: its bytes reach the caller's buffers when
+// its read ends; withdrawn while it runs inside Mooncake, it writes them no
+// more, and its key answers MCS_E_TIMEOUT in the batch's one completion.
+void test_submitted_landed_gets_write_the_callers_memory_until_withdrawn() {
+    TwoHeldGets t(1);
+    Fixture &f = t.f;
+    t.first.flags = t.second.flags = MCS_FLAG_LAND;
+    f.store->block_gets = false;
+    std::memset(t.out_a, 'x', sizeof t.out_a);
+    uint64_t id = 0;
+    CHECK(f.engine->submit(t.first, false, &id) == MCS_OK);
+    auto got = f.drain_all(1);
+    CHECK(got.size() == 1 && got[0].id == id && got[0].status == 0 && got[0].n_failed == 0);
+    CHECK(t.res_a == 4 && std::memcmp(t.out_a, "aaaa", 4) == 0 && t.out_a[4] == 'x');
+
+    // Withdrawn while its read blocks inside Mooncake: the read ends later, in
+    // the shim's memory; the caller reused its buffer as soon as withdraw
+    // returned.
+    f.store->block_gets = true;
+    const int calls = f.store->get_calls.load();
+    CHECK(f.engine->submit(t.second, false, &id) == MCS_OK);
+    CHECK(wait_until([&] { return f.store->get_calls.load() == calls + 1; }));
+    CHECK(f.engine->withdraw(id) == 0);  // nothing queued: it runs
+    std::memset(t.out_b, 'y', sizeof t.out_b);
+    f.store->block_gets = false;
+    got = f.drain_all(1);
+    CHECK(got.size() == 1 && got[0].id == id && got[0].timed_out == 0);
+    if (got.size() == 1) CHECK(got[0].n_failed == 1 && got[0].first_error == MCS_E_TIMEOUT);
+    CHECK(t.res_b == MCS_E_TIMEOUT);
+    CHECK(std::memcmp(t.out_b, "yyyyyyyyyyyyyyyy", 16) == 0);
+    CHECK(f.engine->withdraw(id) == 0);  // ended: unknown now
 }
 
 int main() {
@@ -617,5 +648,7 @@ int main() {
         {"withdrawn_background_batch_is_not_sent", test_withdrawn_background_batch_is_not_sent},
         {"landed_gets_write_the_callers_memory_only_while_it_waits",
          test_landed_gets_write_the_callers_memory_only_while_it_waits},
+        {"submitted_landed_gets_write_the_callers_memory_until_withdrawn",
+         test_submitted_landed_gets_write_the_callers_memory_until_withdrawn},
     });
 }

@@ -56,10 +56,6 @@ std::shared_ptr<Batch> Engine::accept(const mcs_batch &in, bool sync) {
         throw Error(MCS_E_INVALID_ARG, "unknown flags " + std::to_string(in.flags));
     const bool land = in.flags & MCS_FLAG_LAND;
     if (land && op != MCS_OP_GET) throw Error(MCS_E_INVALID_ARG, "MCS_FLAG_LAND is for get");
-    if (land && !sync)
-        throw Error(MCS_E_INVALID_ARG,
-                    "MCS_FLAG_LAND is for mcs_client_run (a submitted batch has no caller "
-                    "waiting for it to copy to)");
     if (land && (in.flags & MCS_FLAG_TAIL_PART))
         throw Error(MCS_E_INVALID_ARG, "MCS_FLAG_LAND and MCS_FLAG_TAIL_PART do not go together");
     const bool with_bufs = op_has_buffers(op);

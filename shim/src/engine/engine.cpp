@@ -154,6 +154,10 @@ int Engine::submit(const mcs_batch &in, bool sync, uint64_t *id_out) {
     const size_t n_tiles = tiles.size();
     b->remaining.store(uint32_t(n_tiles));
     if (!sync) {
+        if (b->landing) {
+            std::lock_guard<std::mutex> lk(landed_mu_);
+            landed_[b->id] = b;
+        }
         lane->push(std::move(tiles));
         return MCS_OK;
     }
@@ -241,6 +245,10 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
         }
     }
     count(*b, us, failed);
+    if (b->landing && !b->sync) {
+        std::lock_guard<std::mutex> lk(landed_mu_);
+        landed_.erase(b->id);
+    }
     // Free the lane slot before waking a caller, so its next call sees it.
     b->lane->finished(us, failed, b->keys.size());
     mcs_completion c{};
@@ -282,7 +290,19 @@ void Engine::complete(const std::shared_ptr<Batch> &b) {
 // taken back (answered MCS_E_TIMEOUT, nothing sent), as a blocking call's is
 // at its deadline; its completion is posted once the tiles already running
 // end.  Its tiles running meanwhile count as held for a caller that is gone.
+// A landed one copies nothing more to the caller's buffers once this returns
+// (a copy under way ends first: it holds the batch's mutex).
 int Engine::withdraw(uint64_t id) {
+    std::shared_ptr<Batch> landed;
+    {
+        std::lock_guard<std::mutex> lk(landed_mu_);
+        auto it = landed_.find(id);
+        if (it != landed_.end()) landed = it->second.lock();
+    }
+    if (landed) {
+        std::lock_guard<std::mutex> lk(landed->mu);
+        landed->withdrawn = true;
+    }
     for (auto &lane : lanes_) {
         if (!lane) continue;
         std::shared_ptr<Batch> b = lane->queued_batch(id);

@@ -120,7 +120,8 @@ private:
     void count_one(int op, int64_t r, size_t size, double us, bool failed, int status);
 
     // Folds a tile's outcome into its batch; a landed GET's bytes are copied
-    // to the caller's buffers here, while the caller still waits.
+    // to the caller's buffers here, while the caller still waits (a blocking
+    // call not timed out, a submitted batch not withdrawn).
     void finish_tile(Batch &b, size_t begin, size_t end, const std::string &err);
     // GET / PUT / UPSERT of keys [begin, end) of a batch with multi-part values.
     void run_parts(Batch &b, size_t begin, size_t end, const StrVec *groups, std::string &err);
@@ -156,6 +157,10 @@ private:
     int efd_ = -1;
 
     LandingPool landing_;  // MCS_FLAG_LAND batches read into its buffers
+    // Submitted MCS_FLAG_LAND batches until they complete, by id: withdraw()
+    // finds one running and stops its copies to the caller's buffers.
+    std::mutex landed_mu_;
+    std::unordered_map<uint64_t, std::weak_ptr<Batch>> landed_;
 
     std::mutex holds_mu_;
     std::unordered_map<uint64_t, std::vector<std::shared_ptr<void>>> holds_;

@@ -68,6 +68,7 @@ struct Batch {
     std::vector<void *> land_to;
     bool sync = false;       // a caller waits in mcs_client_run()
     bool abandoned = false;  // ... and stopped waiting: post a completion
+    bool withdrawn = false;  // submitted, landed, withdrawn: copy nothing more
     // Set under `mu` for the waiting caller; atomic so that it can poll it
     // without `mu` first (spin.hpp).
     std::atomic<bool> done{false};

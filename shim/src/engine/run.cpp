@@ -349,6 +349,10 @@ void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &
         b.status = MCS_E_INTERNAL;
         b.message = err;
     }
+    // A withdrawn landed batch: what was read stays in the landing memory.
+    if (b.landing && b.withdrawn)
+        for (size_t i = begin; i < end; i++)
+            if (b.results[i] >= 0) b.results[i] = MCS_E_TIMEOUT;
     for (size_t i = begin; i < end; i++) {
         int64_t r = b.results[i];
         if (key_ok(r)) continue;
@@ -359,9 +363,10 @@ void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &
                 b.message = "key " + quote_key(b.keys[i]) + ": " + describe(int(r));
         }
     }
-    // With b.mu held: a caller whose deadline passes during the copy waits for
-    // it to end, and once the caller has given up (abandoned) nothing is copied.
-    if (b.landing && err.empty() && !b.abandoned) land_out(b, begin, end);
+    // With b.mu held: a caller whose deadline passes (or who withdraws the
+    // batch) during the copy waits for it to end, and once the caller has
+    // given up (abandoned, withdrawn) nothing is copied.
+    if (b.landing && err.empty() && !b.abandoned && !b.withdrawn) land_out(b, begin, end);
 }
 
 void OpCounters::add_error(int code, uint64_t keys) {
