@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._capi.marshal import sent_bytes
-from ._core.batches import Completion
+from ._core.batches import Completion, submit_flags
 from ._core.plans import (
     Deadline,
     Plan,
@@ -271,11 +271,7 @@ class AsyncClient:
         if op not in OP_CODES:
             raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
         code = OP_CODES[op]
-        flags = (
-            (FLAG_FORCE if force else 0)
-            | (FLAG_SKIP_EXISTING if skip_existing else 0)
-            | (FLAG_LAND if land else 0)
-        )
+        flags = submit_flags(force=force, skip_existing=skip_existing, land=land)
         bufs = None if buffers is None else list(buffers)
         step = Step(code, list(keys), bufs, flags, replicate_config, _list(sizes))
         return await self._run(step, call_limit(timeout, self.client.op_timeout), code == OP_GET)

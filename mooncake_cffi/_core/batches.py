@@ -27,7 +27,17 @@ from .types import Key
 if TYPE_CHECKING:
     from ..replica import ReplicateConfig
 
-__all__ = ["Batches", "Completion"]
+__all__ = ["Batches", "Completion", "submit_flags"]
+
+
+def submit_flags(*, force: bool = False, skip_existing: bool = False, land: bool = False) -> int:
+    """The ``status.FLAG_*`` bits of a submitted batch's options (``Batches.submit``,
+    ``AsyncClient.submit``)."""
+    return (
+        (FLAG_FORCE if force else 0)
+        | (FLAG_SKIP_EXISTING if skip_existing else 0)
+        | (FLAG_LAND if land else 0)
+    )
 
 
 class Batches:
@@ -76,11 +86,7 @@ class Batches:
         code = OP_CODES.get(op) if isinstance(op, str) else None
         if code is None:
             raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
-        flags = (
-            (FLAG_FORCE if force else 0)
-            | (FLAG_SKIP_EXISTING if skip_existing else 0)
-            | (FLAG_LAND if land else 0)
-        )
+        flags = submit_flags(force=force, skip_existing=skip_existing, land=land)
         step = Step(
             code,
             as_list(keys),

@@ -298,7 +298,8 @@ class MooncakeConnector:
             # into LMCache's buffers as each read ends until the load is withdrawn at its
             # deadline. One that outlives it then fails at once (LMCache recomputes and
             # reuses its buffers) while Mooncake may still write, into the shim's memory.
-            land = kind == "load" and self._load_deadline is not None
+            limit = self._load_deadline if kind == "load" else None
+            land = limit is not None
             try:
                 client_batch = self._client.submit(
                     _OPS[kind], names, bufs, force=(kind == "delete"), land=land
@@ -310,8 +311,8 @@ class MooncakeConnector:
             # LMCache keeps its buffers alive; a retry needs them again.
             keep = bufs if self._retry is not None else None
             info = TaskBatch(task_id, kind, names, sizes, keep)
-            if land and self._load_deadline is not None:
-                info.deadline = info.start + self._load_deadline
+            if limit is not None:
+                info.deadline = info.start + limit
                 self._arm(info.deadline)
             self._batches[client_batch] = info
             return task_id

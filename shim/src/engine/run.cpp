@@ -349,12 +349,10 @@ void Engine::finish_tile(Batch &b, size_t begin, size_t end, const std::string &
         b.status = MCS_E_INTERNAL;
         b.message = err;
     }
-    // A withdrawn landed batch: what was read stays in the landing memory.
-    if (b.landing && b.withdrawn)
-        for (size_t i = begin; i < end; i++)
-            if (b.results[i] >= 0) b.results[i] = MCS_E_TIMEOUT;
     for (size_t i = begin; i < end; i++) {
         int64_t r = b.results[i];
+        // A withdrawn landed batch: what was read stays in the landing memory.
+        if (b.withdrawn && r >= 0) b.results[i] = r = MCS_E_TIMEOUT;
         if (key_ok(r)) continue;
         b.n_failed++;
         if (b.first_error == 0) {
